@@ -1,0 +1,79 @@
+#include "shmkeeper/decision_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+
+#include "shmkeeper/fileutil.h"
+
+namespace shmkeeper {
+namespace {
+
+Status AppendLine(const std::string& path, std::string line) {
+  line.push_back('\n');
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) ::mkdir(path.substr(0, slash).c_str(), 0755);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
+  if (!fd.valid()) return Status::FromErrno(errno, "open log " + path);
+  ssize_t n;
+  do {
+    n = ::write(fd.get(), line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return Status::FromErrno(errno, "write log " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string NowRfc3339() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  ::gmtime_r(&ts.tv_sec, &tm);
+  char buf[64];
+  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%09ldZ", ts.tv_nsec);
+  return buf;
+}
+
+Json DecisionRecord(const std::string& container_id, const ShmPlan& plan) {
+  Json r = {{"time", NowRfc3339()},       {"level", "info"},
+            {"msg", "shm decision"},      {"container", container_id},
+            {"action", ShmActionName(plan.action)}, {"old_bytes", plan.old_bytes}};
+  if (plan.action != ShmAction::kSkip) {
+    r["source"] = plan.source;
+    r["requested"] = plan.requested;
+    r["new_bytes"] = plan.new_bytes;
+  }
+  if (!plan.reason.empty()) r["reason"] = plan.reason;
+  return r;
+}
+
+Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level) {
+  if (path.empty() || level < min_level) return Status::Ok();
+  if (!record.contains("time")) record["time"] = NowRfc3339();
+  if (!record.contains("level")) record["level"] = LogLevelName(level);
+  return AppendLine(path, record.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+std::string RuntimeLogLine(const std::string& format, const char* level, const std::string& msg) {
+  if (format == "json") {
+    Json j = {{"level", level}, {"msg", msg}, {"time", NowRfc3339()}};
+    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  // logrus text: msg quoted with JSON string escaping.
+  return "time=\"" + NowRfc3339() + "\" level=" + level + " msg=" +
+         Json(msg).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level,
+                        const std::string& msg) {
+  if (path.empty()) return Status::Ok();
+  return AppendLine(path, RuntimeLogLine(format, level, msg));
+}
+
+}  // namespace shmkeeper

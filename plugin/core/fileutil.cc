@@ -1,0 +1,90 @@
+#include "shmkeeper/fileutil.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <vector>
+
+namespace shmkeeper {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(errno, "open " + path);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, "read " + path);
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      return Status::Invalid("read " + path + ": larger than " + std::to_string(max_bytes) + " bytes");
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+namespace {
+
+Status WriteAll(int fd, const std::string& content) {
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, "write");
+    off += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) mode = st.st_mode & 07777;
+  std::string tmpl = path + ".shmkeeper-XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  UniqueFd fd(::mkostemp(name.data(), O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(errno, "create temporary file for " + path);
+  std::string tmp(name.data());
+  auto fail = [&](Status s) {
+    ::unlink(tmp.c_str());
+    return s.WithContext("write " + path);
+  };
+  if (::fchmod(fd.get(), mode) != 0) return fail(Status::FromErrno(errno, "fchmod"));
+  if (Status s = WriteAll(fd.get(), content); !s.ok()) return fail(s);
+  if (::fsync(fd.get()) != 0) return fail(Status::FromErrno(errno, "fsync"));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(Status::FromErrno(errno, "rename"));
+  UniqueFd dir(::open(DirName(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.valid()) ::fsync(dir.get());
+  return Status::Ok();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace shmkeeper

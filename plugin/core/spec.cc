@@ -1,0 +1,127 @@
+#include "shmkeeper/spec.h"
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/size.h"
+
+namespace shmkeeper {
+namespace {
+
+const Json* Find(const Json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+std::string NormalizeDest(std::string_view d) {
+  std::string s(d);
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Result<Spec> Spec::Load(const std::string& bundle) {
+  std::string path = bundle + "/config.json";
+  SHMK_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return Parse(text, path);
+}
+
+Result<Spec> Spec::Parse(std::string_view text, std::string path) {
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::Invalid(path + ": not valid JSON");
+  if (!doc.is_object()) return Status::Invalid(path + ": not a JSON object");
+  if (const Json* m = Find(doc, "mounts"); m && !m->is_array()) {
+    return Status::Invalid(path + ": \"mounts\" is not an array");
+  }
+  return Spec(std::move(doc), std::move(path));
+}
+
+Status Spec::Save() const { return WriteFileAtomic(path_, doc_.dump(), 0644); }
+
+std::optional<std::string> Spec::Annotation(std::string_view key) const {
+  const Json* ann = Find(doc_, "annotations");
+  const Json* v = ann ? Find(*ann, key) : nullptr;
+  if (!v || !v->is_string()) return std::nullopt;
+  return v->get<std::string>();
+}
+
+std::optional<std::string> Spec::Env(std::string_view name) const {
+  const Json* proc = Find(doc_, "process");
+  const Json* env = proc ? Find(*proc, "env") : nullptr;
+  if (!env || !env->is_array()) return std::nullopt;
+  std::optional<std::string> found;
+  for (const Json& e : *env) {
+    if (!e.is_string()) continue;
+    const std::string& s = e.get_ref<const std::string&>();
+    if (s.size() > name.size() && s.compare(0, name.size(), name) == 0 && s[name.size()] == '=') {
+      found = s.substr(name.size() + 1);
+    }
+  }
+  return found;
+}
+
+std::optional<int64_t> Spec::MemoryLimit() const {
+  const Json* linux = Find(doc_, "linux");
+  const Json* res = linux ? Find(*linux, "resources") : nullptr;
+  const Json* mem = res ? Find(*res, "memory") : nullptr;
+  const Json* limit = mem ? Find(*mem, "limit") : nullptr;
+  if (!limit || !limit->is_number_integer()) return std::nullopt;
+  int64_t v = limit->get<int64_t>();
+  if (v <= 0) return std::nullopt;
+  return v;
+}
+
+std::optional<std::string> Spec::Namespace(std::string_view type) const {
+  const Json* linux = Find(doc_, "linux");
+  const Json* nss = linux ? Find(*linux, "namespaces") : nullptr;
+  if (!nss || !nss->is_array()) return std::nullopt;
+  for (const Json& ns : *nss) {
+    const Json* t = Find(ns, "type");
+    if (!t || !t->is_string() || t->get_ref<const std::string&>() != type) continue;
+    const Json* p = Find(ns, "path");
+    return p && p->is_string() ? p->get<std::string>() : std::string();
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> Spec::FindMount(std::string_view destination) const {
+  const Json* mounts = Find(doc_, "mounts");
+  if (!mounts) return std::nullopt;
+  std::string want = NormalizeDest(destination);
+  std::optional<size_t> found;
+  for (size_t i = 0; i < mounts->size(); ++i) {
+    const Json* d = Find((*mounts)[i], "destination");
+    if (d && d->is_string() && NormalizeDest(d->get_ref<const std::string&>()) == want) found = i;
+  }
+  return found;
+}
+
+std::optional<int64_t> Spec::MountSizeOption(size_t index) const {
+  const Json* opts = Find(Mount(index), "options");
+  if (!opts || !opts->is_array()) return std::nullopt;
+  for (const Json& o : *opts) {
+    if (!o.is_string()) continue;
+    const std::string& s = o.get_ref<const std::string&>();
+    if (s.starts_with("size=")) {
+      Result<int64_t> v = ParseSize(std::string_view(s).substr(5));
+      if (v.ok()) return *v;
+    }
+  }
+  return std::nullopt;
+}
+
+void Spec::SetMountSizeOption(size_t index, int64_t bytes) {
+  Json& mount = doc_["mounts"][index];
+  Json& opts = mount["options"];
+  if (!opts.is_array()) opts = Json::array();
+  std::string value = "size=" + std::to_string(bytes);
+  for (Json& o : opts) {
+    if (o.is_string() && o.get_ref<const std::string&>().starts_with("size=")) {
+      o = value;
+      return;
+    }
+  }
+  opts.push_back(value);
+}
+
+}  // namespace shmkeeper

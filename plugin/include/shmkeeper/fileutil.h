@@ -1,0 +1,48 @@
+// Small file helpers with Status errors and RAII descriptors.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+// Owns a file descriptor; closes it on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Reads a whole regular file of at most max_bytes.
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 16 << 20);
+
+// Replaces `path` atomically: writes a temporary file in the same directory,
+// fsyncs it, renames it over `path` and fsyncs the directory. On any error the
+// temporary file is removed and `path` is untouched. `mode` applies only when
+// `path` does not exist yet; otherwise the existing mode is kept.
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644);
+
+// True when `path` exists (any type, symlinks not followed).
+bool PathExists(const std::string& path);
+
+}  // namespace shmkeeper

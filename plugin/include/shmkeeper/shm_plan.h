@@ -1,0 +1,65 @@
+// The /dev/shm decision: which size a container gets, from which source, and
+// how it is applied. Pure logic over a Spec, a Config and an Os.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shmkeeper/config.h"
+#include "shmkeeper/os.h"
+#include "shmkeeper/spec.h"
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+// Keys users write. Kept here so every component uses the same spelling.
+inline constexpr const char* kShmSizeAnnotation = "shmkeeper.io/shm-size";
+inline constexpr const char* kCrioShmSizeAnnotation = "shm-size.crio.io";
+inline constexpr const char* kCrioLegacyShmSizeAnnotation = "io.kubernetes.cri-o.ShmSize";
+inline constexpr const char* kShmSizeEnv = "SHMKEEPER_SHM_SIZE";
+
+// The shape /dev/shm takes in a container's spec.
+enum class ShmShape {
+  kSpecTmpfs,  // a tmpfs mount in the spec (Docker --ipc=private): edit size=
+  kHostTmpfs,  // bind of a host tmpfs this container owns: remount it
+  kUnmanaged,  // host IPC, another container's shm, a user mount, none
+};
+
+struct ShmTarget {
+  ShmShape shape = ShmShape::kUnmanaged;
+  size_t mount_index = 0;     // kSpecTmpfs
+  std::string host_path;      // kHostTmpfs
+  unsigned long st_flags = 0; // kHostTmpfs: mount flags to keep
+  int64_t current_bytes = 0;  // the size the engine gave it
+  int64_t used_bytes = 0;     // kHostTmpfs: bytes already used
+  std::string why;            // kUnmanaged: why it is left alone
+};
+
+enum class ShmAction { kResize, kKeep, kSkip };
+
+struct ShmPlan {
+  ShmAction action = ShmAction::kSkip;
+  ShmTarget target;
+  std::string source;     // "annotation:<key>", "env:SHMKEEPER_SHM_SIZE", "engine", "policy"
+  std::string requested;  // the value as written ("2Gi"), or "auto"
+  int64_t old_bytes = 0;
+  int64_t new_bytes = 0;
+  bool clamped = false;   // reduced to shm.max under overMax: clamp
+  std::string reason;     // human explanation of the action
+};
+
+// Classifies the container's /dev/shm. Errors are internal (statfs failures).
+Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id, Os& os);
+
+// Decides the size. kInvalidArgument for bad user input (an unparseable size,
+// a size over shm.max under overMax: reject, a shrink below used bytes).
+Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id,
+                        Os& os);
+
+// Applies a kResize plan: edits the spec (kSpecTmpfs) or remounts the host
+// tmpfs (kHostTmpfs). The spec is not saved here.
+Status ApplyShm(const ShmPlan& plan, Spec* spec, Os& os);
+
+const char* ShmActionName(ShmAction action);
+
+}  // namespace shmkeeper

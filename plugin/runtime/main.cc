@@ -1,0 +1,86 @@
+// shmkeeper-runtime: an OCI runtime wrapper in front of runc/crun.
+//
+// create/run: decide the container's /dev/shm size, edit the bundle's spec (or
+// remount its engine-made tmpfs), log the decision, then exec the real runtime
+// with the arguments untouched. Every other subcommand is exec'd directly.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "shmkeeper/config.h"
+#include "shmkeeper/decision_log.h"
+#include "shmkeeper/os.h"
+#include "shmkeeper/runtime_args.h"
+#include "shmkeeper/shm_plan.h"
+#include "shmkeeper/spec.h"
+
+namespace shmkeeper {
+namespace {
+
+// Stages of create/run: load spec, plan, apply, save, log.
+Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
+  Os& os = *Os::Default();
+  SHMK_ASSIGN_OR_RETURN(Spec spec, Spec::Load(args.bundle.empty() ? "." : args.bundle));
+  SHMK_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(spec, config, args.container_id, os));
+  SHMK_RETURN_IF_ERROR(ApplyShm(plan, &spec, os));
+  if (plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs) {
+    SHMK_RETURN_IF_ERROR(spec.Save());
+  }
+  (void)AppendJsonLine(config.log.path, DecisionRecord(args.container_id, plan), LogLevel::kInfo,
+                       config.log.level);
+  return Status::Ok();
+}
+
+Result<std::string> RealRuntime(const Config& config) {
+  if (!config.runtime.path.empty()) return FindExecutable(config.runtime.path);
+  Result<std::string> runc = FindExecutable("runc");
+  if (runc.ok()) return runc;
+  Result<std::string> crun = FindExecutable("crun");
+  if (crun.ok()) return crun;
+  return Status::NotFound("no runc or crun in PATH (set runtime.path in the shmkeeper config)");
+}
+
+void Report(const RuntimeArgs& args, const Config& config, const char* level, const Status& s) {
+  std::string msg = "shmkeeper: " + s.message();
+  std::fprintf(stderr, "shmkeeper-runtime: %s\n", s.message().c_str());
+  (void)AppendRuntimeLog(args.log_path, args.log_format, level, msg);
+  Json rec = {{"level", level}, {"msg", s.message()}, {"container", args.container_id}};
+  (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
+}
+
+int Main(const std::vector<std::string>& argv) {
+  Result<RuntimeArgs> parsed = ParseRuntimeArgs(argv);
+  // Unparseable arguments are the real runtime's to reject.
+  RuntimeArgs args;
+  if (parsed.ok()) {
+    args = std::move(parsed).value();
+  } else {
+    args.passthrough = argv;
+  }
+  Result<Config> loaded = LoadConfig(ResolveConfigPath(args.config_path), !args.config_path.empty());
+  Config config = loaded.ok() ? *loaded : Config();
+  Result<std::string> runtime = RealRuntime(config);
+  if (!runtime.ok()) {
+    Report(args, config, "error", runtime.status());
+    return 1;
+  }
+  if (args.Intercepts()) {
+    Status s = loaded.ok() ? PrepareContainer(args, config) : loaded.status();
+    if (!s.ok()) {
+      bool fatal = s.IsUserError() && loaded.ok();
+      if (fatal || config.on_internal_error == OnInternalError::kFail) {
+        Report(args, config, "error", s);
+        return 1;
+      }
+      Report(args, config, "warning", s.WithContext("passing the spec through untouched"));
+    }
+  }
+  Status s = Exec(*runtime, args.passthrough);
+  Report(args, config, "error", s);
+  return 127;
+}
+
+}  // namespace
+}  // namespace shmkeeper
+
+int main(int argc, char** argv) { return shmkeeper::Main(std::vector<std::string>(argv + 1, argv + argc)); }

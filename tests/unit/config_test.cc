@@ -1,0 +1,112 @@
+#include "shmkeeper/config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "shmkeeper/size.h"
+
+namespace shmkeeper {
+namespace {
+
+TEST(Config, EmptyDocumentGivesDefaults) {
+  Result<Config> c = ParseConfig("", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->shm.default_bytes);
+  EXPECT_FALSE(c->shm.max_bytes);
+  EXPECT_EQ(c->shm.over_max, OverMax::kReject);
+  EXPECT_EQ(c->on_internal_error, OnInternalError::kPassthrough);
+  EXPECT_EQ(c->runtime.path, "");
+  EXPECT_EQ(c->log.path, "/var/log/shmkeeper/runtime.log");
+  EXPECT_EQ(c->log.level, LogLevel::kInfo);
+}
+
+TEST(Config, FullDocument) {
+  Result<Config> c = ParseConfig(R"(
+# node policy
+shm:
+  default: 1Gi
+  max: 8Gi
+  overMax: clamp
+onInternalError: fail
+runtime:
+  path: /usr/sbin/runc
+log:
+  path: /tmp/x.log
+  level: debug
+)",
+                                 "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->shm.default_bytes, kGiB);
+  EXPECT_EQ(c->shm.max_bytes, 8 * kGiB);
+  EXPECT_EQ(c->shm.over_max, OverMax::kClamp);
+  EXPECT_EQ(c->on_internal_error, OnInternalError::kFail);
+  EXPECT_EQ(c->runtime.path, "/usr/sbin/runc");
+  EXPECT_EQ(c->log.path, "/tmp/x.log");
+  EXPECT_EQ(c->log.level, LogLevel::kDebug);
+}
+
+TEST(Config, AutoKeywords) {
+  Result<Config> c = ParseConfig("shm: {default: auto, max: auto}\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->shm.default_bytes);
+  EXPECT_FALSE(c->shm.max_bytes);
+}
+
+struct BadCase {
+  const char* yaml;
+  const char* expect;  // substring of the error
+};
+
+class ConfigBad : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigBad, NamesFileLineAndKey) {
+  Result<Config> c = ParseConfig(GetParam().yaml, "/etc/shmkeeper/config.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(c.status().message().find(GetParam().expect), std::string::npos) << c.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigBad,
+    ::testing::Values(
+        BadCase{"shm:\n  defualt: 1Gi\n", "/etc/shmkeeper/config.yaml:2:3: unknown key 'shm.defualt'"},
+        BadCase{"shmm: {}\n", "config.yaml:1:1: unknown key 'shmm'"},
+        BadCase{"shm:\n  max: lots\n", "config.yaml:2:8: key 'shm.max': invalid size \"lots\""},
+        BadCase{"shm:\n  default: -1\n", "key 'shm.default': invalid size \"-1\""},
+        BadCase{"shm:\n  overMax: maybe\n", "key 'shm.overMax': \"maybe\" is not one of reject, clamp"},
+        BadCase{"onInternalError: ignore\n", "key 'onInternalError'"},
+        BadCase{"log:\n  level: loud\n", "key 'log.level'"},
+        BadCase{"runtime:\n  path: runc\n", "key 'runtime.path': must be an absolute path"},
+        BadCase{"shm: 5\n", "key 'shm': expected a mapping"},
+        BadCase{"shm:\n  max: [1, 2]\n", "key 'shm.max': expected a scalar value"},
+        BadCase{"shm:\n  default: 2Gi\n  max: 1Gi\n", "config.yaml:2:12: key 'shm.default': 2GiB is larger than shm.max 1GiB"},
+        BadCase{"shm:\n  max: 1Gi\n  max: 2Gi\n", "config.yaml:3:3: duplicate key 'shm.max'"},
+        BadCase{"- a\n- b\n", "the document must be a mapping"},
+        BadCase{"shm: {max: 1Gi\n", "config.yaml:"},
+        BadCase{"\x01\x02\xff", "config.yaml"}));
+
+TEST(Config, MissingFileUsesDefaultsUnlessRequired) {
+  EXPECT_TRUE(LoadConfig("/nonexistent/shmkeeper.yaml", false).ok());
+  Result<Config> c = LoadConfig("/nonexistent/shmkeeper.yaml", true);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("/nonexistent/shmkeeper.yaml"), std::string::npos);
+}
+
+TEST(Config, ResolvePathPrecedence) {
+  ::unsetenv(kConfigEnv);
+  EXPECT_EQ(ResolveConfigPath(""), kDefaultConfigPath);
+  ::setenv(kConfigEnv, "/env.yaml", 1);
+  EXPECT_EQ(ResolveConfigPath(""), "/env.yaml");
+  EXPECT_EQ(ResolveConfigPath("/flag.yaml"), "/flag.yaml");
+  ::unsetenv(kConfigEnv);
+}
+
+TEST(Config, ShippedExampleParses) {
+  Result<Config> c = LoadConfig(SHMKEEPER_SOURCE_DIR "/deploy/config/config.yaml", true);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(ConfigToJson(*c)["shm"]["default"], "auto");
+}
+
+}  // namespace
+}  // namespace shmkeeper

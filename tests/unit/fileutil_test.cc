@@ -1,0 +1,34 @@
+#include "shmkeeper/fileutil.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace shmkeeper {
+namespace {
+
+TEST(FileUtil, AtomicWriteKeepsModeAndLeavesNoTemp) {
+  char dir[] = "/tmp/shmk-fu-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string p = std::string(dir) + "/f";
+  ASSERT_TRUE(WriteFileAtomic(p, "one", 0600).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_TRUE(WriteFileAtomic(p, "two", 0644).ok());  // existing mode kept
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(*ReadFile(p), "two");
+  // A write into a missing directory fails and creates nothing.
+  EXPECT_FALSE(WriteFileAtomic(std::string(dir) + "/no/f", "x").ok());
+  ::unlink(p.c_str());
+  EXPECT_EQ(::rmdir(dir), 0);  // empty: no temp file left behind
+}
+
+TEST(FileUtil, ReadLimits) {
+  EXPECT_EQ(ReadFile("/nonexistent").status().code(), Code::kNotFound);
+  EXPECT_FALSE(ReadFile("/proc/self/status", 10).ok());
+}
+
+}  // namespace
+}  // namespace shmkeeper

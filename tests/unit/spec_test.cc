@@ -1,0 +1,88 @@
+#include "shmkeeper/spec.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/size.h"
+
+namespace shmkeeper {
+namespace {
+
+constexpr const char* kDockerSpec = R"({
+  "ociVersion": "1.0.2-dev",
+  "process": {"env": ["PATH=/bin", "SHMKEEPER_SHM_SIZE=1g", "SHMKEEPER_SHM_SIZE=2g"], "futureField": {"x": [1, 2.5, null]}},
+  "mounts": [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=67108864"]}
+  ],
+  "annotations": {"shmkeeper.io/shm-size": "2Gi", "n": 5},
+  "linux": {"resources": {"memory": {"limit": 1073741824}}, "namespaces": [{"type": "pid"}, {"type": "ipc", "path": "/proc/1/ns/ipc"}]},
+  "zzz": 18446744073709551615
+})";
+
+TEST(Spec, Accessors) {
+  Result<Spec> s = Spec::Parse(kDockerSpec, "/b/config.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->Annotation("shmkeeper.io/shm-size"), "2Gi");
+  EXPECT_EQ(s->Annotation("n"), std::nullopt);  // not a string
+  EXPECT_EQ(s->Annotation("missing"), std::nullopt);
+  EXPECT_EQ(s->Env("SHMKEEPER_SHM_SIZE"), "2g");  // last wins
+  EXPECT_EQ(s->Env("SHMKEEPER_SHM"), std::nullopt);
+  EXPECT_EQ(s->MemoryLimit(), kGiB);
+  EXPECT_EQ(s->Namespace("pid"), "");
+  EXPECT_EQ(s->Namespace("ipc"), "/proc/1/ns/ipc");
+  EXPECT_EQ(s->Namespace("net"), std::nullopt);
+  EXPECT_EQ(s->FindMount("/dev/shm/"), 1u);
+  EXPECT_EQ(s->FindMount("/tmp"), std::nullopt);
+  EXPECT_EQ(s->MountSizeOption(1), 64 * kMiB);
+}
+
+TEST(Spec, SizeEditKeepsEverythingElse) {
+  Result<Spec> s = Spec::Parse(kDockerSpec, "/b/config.json");
+  ASSERT_TRUE(s.ok());
+  Json before = Json::parse(kDockerSpec);
+  s->SetMountSizeOption(1, 2 * kGiB);
+  Json after = Json::parse(s->Dump());
+  EXPECT_EQ(after["mounts"][1]["options"][4], "size=2147483648");
+  after["mounts"][1]["options"][4] = "size=67108864";
+  EXPECT_EQ(after, before);  // unknown fields, big numbers, order: all survive
+  EXPECT_EQ(after.begin().key(), "ociVersion");
+  EXPECT_EQ(after["zzz"].get<uint64_t>(), 18446744073709551615u);
+}
+
+TEST(Spec, SizeOptionAppendedWhenMissing) {
+  Result<Spec> s = Spec::Parse(R"({"mounts":[{"destination":"/dev/shm","type":"tmpfs","source":"shm"}]})", "x");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->MountSizeOption(0), std::nullopt);
+  s->SetMountSizeOption(0, kGiB);
+  EXPECT_EQ(s->MountSizeOption(0), kGiB);
+}
+
+TEST(Spec, RejectsNonSpecs) {
+  for (const char* bad : {"", "[]", "{", "{\"mounts\": 5}", "null", "\"x\""}) {
+    Result<Spec> s = Spec::Parse(bad, "/b/config.json");
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("/b/config.json"), std::string::npos);
+  }
+}
+
+TEST(Spec, SaveAndLoadRoundTrip) {
+  char dir[] = "/tmp/shmk-spec-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string bundle = dir;
+  ASSERT_TRUE(WriteFileAtomic(bundle + "/config.json", kDockerSpec).ok());
+  Result<Spec> s = Spec::Load(bundle);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  s->SetMountSizeOption(1, kGiB);
+  ASSERT_TRUE(s->Save().ok());
+  Result<Spec> again = Spec::Load(bundle);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->MountSizeOption(1), kGiB);
+  EXPECT_FALSE(Spec::Load(bundle + "/nope").ok());
+  ::unlink((bundle + "/config.json").c_str());
+  ::rmdir(dir);
+}
+
+}  // namespace
+}  // namespace shmkeeper
