@@ -1,0 +1,48 @@
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "lib"))
+import harness  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def bins():
+    harness.require(harness.RUNTIME.exists() and harness.CLI.exists(),
+                    f"shmkeeper binaries not built in {harness.BUILD}")
+    return harness
+
+
+@pytest.fixture(scope="session")
+def rootfs(tmp_path_factory):
+    harness.require(shutil.which("busybox") is not None, "busybox-static is not installed")
+    return harness.make_busybox_rootfs(tmp_path_factory.mktemp("rootfs"))
+
+
+@pytest.fixture(scope="session")
+def root_and_runc():
+    harness.require(os.geteuid() == 0, "needs root (mounts, runc)")
+    harness.require(shutil.which("runc") is not None, "runc is not installed")
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory, bins, rootfs, root_and_runc):
+    """A private dockerd with shmkeeper installed as its default runtime
+    through the CLI (daemon.json edit + SIGHUP reload)."""
+    harness.require(shutil.which("dockerd") is not None, "dockerd (docker.io) is not installed")
+    base = tmp_path_factory.mktemp("docker")
+    cfg = base / "shmkeeper.yaml"
+    cfg.write_text(f"log:\n  path: {base}/runtime.log\n")
+    engine = harness.PrivateDocker(base).start()
+    try:
+        harness.run([harness.CLI, "install", "docker", "--config", engine.daemon_json, "--set-as-default",
+                     "--runtime-path", harness.RUNTIME, "--runtime-config", cfg])
+        engine.wait_default_runtime("shmkeeper")
+        engine.import_busybox("shmk-busybox:test", rootfs)
+        engine.runtime_log = base / "runtime.log"
+        yield engine
+    finally:
+        engine.stop()

@@ -1,0 +1,122 @@
+"""End to end under a real, private Docker engine with shmkeeper-runtime
+installed as its default runtime by `shmkeeper install docker`."""
+import os
+import shutil
+import textwrap
+
+import pytest
+
+from harness import df_kib, host_ram_bytes, kib, require, run, shm_mounts_under
+
+MiB = 1 << 20
+IMG = "shmk-busybox:test"
+PROBE = "df -k /dev/shm; grep ' /dev/shm ' /proc/mounts"
+
+
+def probe(engine, *flags, check=True):
+    return engine.docker("run", "--rm", *flags, IMG, "sh", "-c", PROBE, check=check)
+
+
+def test_no_flags_gets_policy_size(docker_engine):
+    p = probe(docker_engine)
+    # auto: no memory limit, so 50% of host RAM (the kernel rounds to pages).
+    assert abs(df_kib(p.stdout) - kib(host_ram_bytes() // 2)) <= 4
+
+
+def test_memory_limit_sizes_auto(docker_engine):
+    p = probe(docker_engine, "--memory", "300m")
+    assert df_kib(p.stdout) == kib(300 * MiB)
+
+
+def test_plain_runc_is_still_64mib(docker_engine):
+    p = probe(docker_engine, "--runtime", "runc")
+    assert df_kib(p.stdout) == kib(64 * MiB)
+
+
+def test_env_size(docker_engine):
+    p = probe(docker_engine, "-e", "SHMKEEPER_SHM_SIZE=256m")
+    assert df_kib(p.stdout) == kib(256 * MiB)
+
+
+def test_explicit_shm_size_respected(docker_engine):
+    p = probe(docker_engine, "--shm-size", "128m")
+    assert df_kib(p.stdout) == kib(128 * MiB)
+
+
+def test_over_max_is_a_clear_error_and_leaves_nothing(docker_engine):
+    before = shm_mounts_under(str(docker_engine.base))
+    p = probe(docker_engine, "-e", "SHMKEEPER_SHM_SIZE=100000Gi", check=False)
+    assert p.returncode != 0
+    assert "shmkeeper: shm size env SHMKEEPER_SHM_SIZE=\"100000Gi\"" in p.stderr
+    assert "is over the node's shm.max" in p.stderr
+    assert docker_engine.docker("ps", "-aq").stdout.strip() == ""
+    assert shm_mounts_under(str(docker_engine.base)) == before
+
+
+def test_bad_size_is_a_clear_error(docker_engine):
+    p = probe(docker_engine, "-e", "SHMKEEPER_SHM_SIZE=lots", check=False)
+    assert p.returncode != 0
+    assert 'env SHMKEEPER_SHM_SIZE: invalid size "lots"' in p.stderr
+    assert docker_engine.docker("ps", "-aq").stdout.strip() == ""
+
+
+def test_ipc_shareable_is_remounted(docker_engine):
+    p = probe(docker_engine, "--ipc", "shareable", "-e", "SHMKEEPER_SHM_SIZE=300m")
+    assert df_kib(p.stdout) == kib(300 * MiB)
+    assert "nosuid,nodev,noexec" in p.stdout
+
+
+def test_ipc_container_joins_owner_size(docker_engine):
+    owner = docker_engine.docker("run", "-d", "--ipc", "shareable", "-e", "SHMKEEPER_SHM_SIZE=200m",
+                                 IMG, "sleep", "60").stdout.strip()
+    try:
+        p = probe(docker_engine, "--ipc", f"container:{owner}", "-e", "SHMKEEPER_SHM_SIZE=1g")
+        assert df_kib(p.stdout) == kib(200 * MiB)  # the owner's tmpfs, untouched
+    finally:
+        docker_engine.docker("rm", "-f", owner)
+
+
+def test_ipc_host_untouched(docker_engine):
+    p = probe(docker_engine, "--ipc", "host", "-e", "SHMKEEPER_SHM_SIZE=1g")
+    st = os.statvfs("/dev/shm")
+    assert df_kib(p.stdout) == st.f_blocks * st.f_frsize // 1024
+    assert '"action":"skip"' in docker_engine.runtime_log.read_text().splitlines()[-1]
+
+
+def test_compose_stack_without_shm_size(docker_engine, tmp_path):
+    require(shutil.which("docker-compose") is not None, "docker-compose is not installed")
+    (tmp_path / "docker-compose.yml").write_text(textwrap.dedent(f"""\
+        version: "3.7"
+        services:
+          trainer:
+            image: {IMG}
+            network_mode: none
+            command: ["sh", "-c", "{PROBE}"]
+        """))
+    env = dict(os.environ, DOCKER_HOST=docker_engine.host)
+    try:
+        p = run(["docker-compose", "-p", "shmkstack", "up", "--abort-on-container-exit", "--no-color"],
+                cwd=tmp_path, env=env)
+        lines = "\n".join(line.split("|", 1)[1] for line in p.stdout.splitlines() if "|" in line)
+        assert abs(df_kib(lines) - kib(host_ram_bytes() // 2)) <= 4
+    finally:
+        run(["docker-compose", "-p", "shmkstack", "down"], cwd=tmp_path, env=env, check=False)
+
+
+def test_runtime_log_records_each_decision(docker_engine):
+    probe(docker_engine, "-e", "SHMKEEPER_SHM_SIZE=96m")
+    import json
+    rec = json.loads(docker_engine.runtime_log.read_text().splitlines()[-1])
+    assert rec["source"] == "env:SHMKEEPER_SHM_SIZE" and rec["requested"] == "96m"
+    assert rec["old_bytes"] == 64 * MiB and rec["new_bytes"] == 96 * MiB
+    assert len(rec["container"]) == 64
+
+
+def test_uninstall_restores_daemon_json(docker_engine, bins):
+    # Install a second runtime name and remove it: daemon.json comes back byte for byte.
+    before = docker_engine.daemon_json.read_bytes()
+    run([bins.CLI, "install", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2",
+         "--runtime-path", bins.RUNTIME])
+    assert b"shmk2" in docker_engine.daemon_json.read_bytes()
+    run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"])
+    assert docker_engine.daemon_json.read_bytes() == before

@@ -1,0 +1,181 @@
+"""shmkeeper-runtime in front of the real runc, on temporary bundles with a
+busybox rootfs; the container itself reports what /dev/shm is."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import df_kib, kib, run, shm_mounts_under
+
+MiB = 1 << 20
+GiB = 1 << 30
+PROBE = "df -k /dev/shm; grep ' /dev/shm ' /proc/mounts"
+
+
+@pytest.fixture
+def env(tmp_path, bins, rootfs, root_and_runc):
+    class Env:
+        pass
+
+    e = Env()
+    e.tmp = tmp_path
+    e.state = tmp_path / "runc-root"
+    e.log = tmp_path / "runtime.log"
+    e.config = tmp_path / "shmkeeper.yaml"
+    e.config.write_text(f"shm:\n  default: 256Mi\n  max: 2Gi\nlog:\n  path: {e.log}\n")
+    e.rootfs = rootfs
+    return e
+
+
+def make_bundle(env, name, edit=None, args=None):
+    bundle = env.tmp / name
+    bundle.mkdir()
+    run(["runc", "spec", "--bundle", bundle])
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["root"] = {"path": str(env.rootfs), "readonly": True}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = args or ["sh", "-c", PROBE]
+    if edit:
+        edit(spec)
+    (bundle / "config.json").write_text(json.dumps(spec, indent=1))
+    return bundle
+
+
+def wrapper_run(env, bundle, cid, *extra, check=False):
+    cmd = [str(pytest.importorskip("harness").RUNTIME), "--config", env.config, "--root", env.state,
+           *extra, "run", "--bundle", bundle, cid]
+    p = run(cmd, check=check, timeout=60)
+    return p
+
+
+def runc_list(env):
+    p = run(["runc", "--root", env.state, "list", "-q"], check=False)
+    return p.stdout.split()
+
+
+def test_no_request_gets_policy_default(env):
+    p = wrapper_run(env, make_bundle(env, "b"), "c-default")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(256 * MiB)
+    assert "nosuid,nodev,noexec" in p.stdout
+    rec = [json.loads(line) for line in env.log.read_text().splitlines()][-1]
+    assert rec["container"] == "c-default"
+    assert rec["source"] == "policy" and rec["action"] == "resize"
+    assert rec["old_bytes"] == 64 * MiB and rec["new_bytes"] == 256 * MiB
+
+
+def test_env_request(env):
+    def edit(s):
+        s["process"]["env"].append("SHMKEEPER_SHM_SIZE=96m")
+    p = wrapper_run(env, make_bundle(env, "b", edit), "c-env")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(96 * MiB)
+
+
+def test_annotation_beats_env(env):
+    def edit(s):
+        s["process"]["env"].append("SHMKEEPER_SHM_SIZE=96m")
+        s["annotations"] = {"shmkeeper.io/shm-size": "1Gi"}
+    p = wrapper_run(env, make_bundle(env, "b", edit), "c-ann")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(GiB)
+
+
+@pytest.mark.parametrize("value,expect", [
+    ("lots", 'annotation shmkeeper.io/shm-size: invalid size "lots"'),
+    ("2Gix", 'invalid size "2Gix": unknown unit "Gix"'),
+    ("-1", 'invalid size "-1": negative'),
+    ("3Gi", "over the node's shm.max 2GiB (shm.overMax: reject)"),
+])
+def test_bad_request_fails_cleanly(env, value, expect):
+    def edit(s):
+        s["annotations"] = {"shmkeeper.io/shm-size": value}
+    bundle = make_bundle(env, "b", edit)
+    before = (bundle / "config.json").read_bytes()
+    engine_log = env.tmp / "engine-log.json"
+    p = wrapper_run(env, bundle, "c-bad", "--log", engine_log, "--log-format", "json")
+    assert p.returncode != 0
+    assert expect in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    # runc never ran: no container, no leftover mounts, spec untouched.
+    assert runc_list(env) == []
+    assert shm_mounts_under(str(env.tmp)) == []
+    assert (bundle / "config.json").read_bytes() == before
+    # What containerd's shim shows the user: the last error in --log.
+    last = json.loads(engine_log.read_text().splitlines()[-1])
+    assert last["level"] == "error" and expect in last["msg"]
+
+
+def test_over_max_clamped(env):
+    env.config.write_text(f"shm:\n  max: 128Mi\n  overMax: clamp\nlog:\n  path: {env.log}\n")
+
+    def edit(s):
+        s["annotations"] = {"shmkeeper.io/shm-size": "1Gi"}
+    p = wrapper_run(env, make_bundle(env, "b", edit), "c-clamp")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(128 * MiB)
+
+
+def test_host_tmpfs_bind_is_remounted(env):
+    """The Docker --ipc=shareable shape: a host tmpfs the engine made for this
+    container, bind-mounted at /dev/shm."""
+    cid = "c-shareable"
+    shm = env.tmp / "containers" / cid / "mounts" / "shm"
+    shm.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev,noexec,mode=1777,size=64m", "shm", shm])
+    try:
+        def edit(s):
+            s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
+            s["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
+                                "options": ["rbind", "rprivate"]})
+            s["process"]["env"].append("SHMKEEPER_SHM_SIZE=300m")
+        p = wrapper_run(env, make_bundle(env, "b", edit), cid)
+        assert p.returncode == 0, p.stderr
+        assert df_kib(p.stdout) == kib(300 * MiB)
+        line = [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if f" {shm} " in m][0]
+        for flag in ("nosuid", "nodev", "noexec"):
+            assert flag in line
+        assert shm.stat().st_mode & 0o7777 == 0o1777
+    finally:
+        run(["umount", shm], check=False)
+
+
+def test_other_containers_shm_is_left_alone(env):
+    shm = env.tmp / "containers" / "someone-else" / "mounts" / "shm"
+    shm.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", "size=64m", "shm", shm])
+    try:
+        def edit(s):
+            s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
+            s["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
+                                "options": ["rbind"]})
+        p = wrapper_run(env, make_bundle(env, "b", edit), "c-joiner")
+        assert p.returncode == 0, p.stderr
+        assert df_kib(p.stdout) == kib(64 * MiB)
+        rec = json.loads(env.log.read_text().splitlines()[-1])
+        assert rec["action"] == "skip" and "does not own" in rec["reason"]
+    finally:
+        run(["umount", shm], check=False)
+
+
+def test_broken_config_passes_through_untouched(env):
+    env.config.write_text("shm:\n  defualt: 1Gi\n")
+    p = wrapper_run(env, make_bundle(env, "b"), "c-passthrough")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(64 * MiB)
+    assert "unknown key 'shm.defualt'" in p.stderr and "passing the spec through untouched" in p.stderr
+
+
+def test_missing_real_runtime_is_an_error(env):
+    env.config.write_text("runtime:\n  path: /nonexistent/runc\n")
+    p = wrapper_run(env, make_bundle(env, "b"), "c-nort")
+    assert p.returncode != 0
+    assert "/nonexistent/runc" in p.stderr
+
+
+def test_other_subcommands_pass_through(env, bins):
+    p = run([bins.RUNTIME, "--config", env.config, "--root", env.state, "list"], check=False)
+    assert p.returncode == 0 and "ID" in p.stdout
+    p = run([bins.RUNTIME, "--version"], check=False)
+    assert "runc version" in p.stdout

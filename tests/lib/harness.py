@@ -1,0 +1,155 @@
+"""Test harness: real binaries, real runc, a private dockerd. No mocks.
+
+Everything a test starts lives under its own temporary directory (sockets,
+data roots, pid files) and is stopped at the end, so the machine's own
+engines are never touched.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("SHMKEEPER_BUILD_DIR", REPO / "build"))
+RUNTIME = BUILD / "plugin" / "shmkeeper-runtime"
+CLI = BUILD / "plugin" / "shmkeeper"
+BUSYBOX_APPLETS = ["sh", "df", "cat", "grep", "sleep", "stat", "ls", "mount", "dd", "head",
+                   "echo", "true", "env", "id", "wc", "awk", "sed"]
+
+
+def require(cond, reason):
+    """Skips when `cond` is false, unless SHMKEEPER_NO_SKIP=1 (CI), where a
+    missing prerequisite is a failure rather than a silent skip."""
+    if cond:
+        return
+    if os.environ.get("SHMKEEPER_NO_SKIP") == "1":
+        pytest.fail("prerequisite missing in a run that forbids skips: " + reason)
+    pytest.skip(reason)
+
+
+def run(cmd, check=True, timeout=300, **kw):
+    """Runs argv (never through a shell) and returns CompletedProcess."""
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def host_ram_bytes():
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def make_busybox_rootfs(root: Path):
+    """A minimal rootfs: busybox-static and its applets."""
+    for d in ["bin", "dev", "proc", "sys", "etc", "tmp", "lib", "lib64", "usr", "run"]:
+        (root / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(shutil.which("busybox") or "/bin/busybox", root / "bin" / "busybox")
+    for a in BUSYBOX_APPLETS:
+        link = root / "bin" / a
+        if not link.exists():
+            link.symlink_to("busybox")
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\n")
+    return root
+
+
+def df_kib(output: str, mount="/dev/shm"):
+    """1K-blocks of `mount` from busybox `df -k` output."""
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[-1] == mount:
+            return int(parts[1])
+    raise AssertionError(f"no {mount} line in df output:\n{output}")
+
+
+def kib(nbytes):
+    return nbytes // 1024
+
+
+def shm_mounts_under(prefix: str):
+    """Host mounts whose mount point is below `prefix` (leftover checks)."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4]
+            if mp.startswith(prefix):
+                out.append(mp)
+    return out
+
+
+class PrivateDocker:
+    """A dockerd of our own: own socket, data root, exec root, pid file, config
+    file; no bridge, no iptables. Uses the shmkeeper binaries from BUILD."""
+
+    def __init__(self, base: Path, env=None):
+        self.base = base
+        self.sock = base / "docker.sock"
+        self.daemon_json = base / "daemon.json"
+        self.host = f"unix://{self.sock}"
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+        self.log = base / "dockerd.log"
+
+    def start(self):
+        self.base.mkdir(parents=True, exist_ok=True)
+        if not self.daemon_json.exists():
+            self.daemon_json.write_text("{}\n")
+        cmd = ["dockerd", "--config-file", str(self.daemon_json), "--data-root", str(self.base / "data"),
+               "--exec-root", str(self.base / "exec"), "--pidfile", str(self.base / "dockerd.pid"),
+               "-H", self.host, "--bridge=none", "--iptables=false", "--ip6tables=false",
+               "--userland-proxy=false"]
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("dockerd exited:\n" + self.log.read_text()[-3000:])
+            if self.docker("info", check=False).returncode == 0:
+                return self
+            time.sleep(0.3)
+        raise AssertionError("dockerd did not come up:\n" + self.log.read_text()[-3000:])
+
+    def docker(self, *args, check=True, timeout=300):
+        return run(["docker", "-H", self.host, *args], check=check, timeout=timeout)
+
+    def info(self):
+        return json.loads(self.docker("info", "--format", "{{json .}}").stdout)
+
+    def wait_default_runtime(self, name, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.info().get("DefaultRuntime") == name:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"dockerd default runtime never became {name}")
+
+    def import_busybox(self, tag, rootfs: Path):
+        if self.docker("image", "inspect", tag, check=False).returncode == 0:
+            return tag
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        p = subprocess.run(["docker", "-H", self.host, "import", "--change", 'CMD ["sh"]', "-", tag],
+                           stdin=tar.stdout, capture_output=True, text=True, timeout=120)
+        tar.wait()
+        assert p.returncode == 0, p.stderr
+        return tag
+
+    def stop(self):
+        if not self.proc:
+            return
+        ids = self.docker("ps", "-aq", check=False).stdout.split()
+        if ids:
+            self.docker("rm", "-f", *ids, check=False)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        # dockerd leaves its data root's mounts on stop only on crashes; clean any.
+        for mp in sorted(shm_mounts_under(str(self.base)), reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False)
+        self.proc = None
