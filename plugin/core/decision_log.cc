@@ -57,17 +57,17 @@ Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogL
   if (path.empty() || level < min_level) return Status::Ok();
   if (!record.contains("time")) record["time"] = NowRfc3339();
   if (!record.contains("level")) record["level"] = LogLevelName(level);
-  return AppendLine(path, record.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return AppendLine(path, DumpJson(record));
 }
 
 std::string RuntimeLogLine(const std::string& format, const char* level, const std::string& msg) {
   if (format == "json") {
     Json j = {{"level", level}, {"msg", msg}, {"time", NowRfc3339()}};
-    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return DumpJson(j);
   }
   // logrus text: msg quoted with JSON string escaping.
   return "time=\"" + NowRfc3339() + "\" level=" + level + " msg=" +
-         Json(msg).dump(-1, ' ', false, Json::error_handler_t::replace);
+         DumpJson(Json(msg));
 }
 
 Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level,

@@ -40,7 +40,7 @@ Result<DaemonFile> ReadDaemonFile(const std::string& path) {
   return f;
 }
 
-std::string Render(const Json& doc) { return doc.dump(2) + "\n"; }
+std::string Render(const Json& doc) { return DumpJson(doc, 2) + "\n"; }
 
 // Sends SIGHUP to every dockerd whose --config-file is `daemon_json`.
 bool ReloadDockerd(const std::string& daemon_json, Os& os) {

@@ -36,7 +36,7 @@ Result<Spec> Spec::Parse(std::string_view text, std::string path) {
   return Spec(std::move(doc), std::move(path));
 }
 
-Status Spec::Save() const { return WriteFileAtomic(path_, doc_.dump(), 0644); }
+Status Spec::Save() const { return WriteFileAtomic(path_, DumpJson(doc_), 0644); }
 
 std::optional<std::string> Spec::Annotation(std::string_view key) const {
   const Json* ann = Find(doc_, "annotations");

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shmkeeper/json.h"
 #include "shmkeeper/size.h"
 
 namespace shmkeeper {
@@ -106,6 +107,19 @@ TEST(Config, ShippedExampleParses) {
   Result<Config> c = LoadConfig(SHMKEEPER_SOURCE_DIR "/deploy/config/config.yaml", true);
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(ConfigToJson(*c)["shm"]["default"], "auto");
+}
+
+}  // namespace
+}  // namespace shmkeeper
+
+namespace shmkeeper {
+namespace {
+
+// Found by fuzz_config: a path that is not UTF-8 must not make logging throw.
+TEST(Config, NonUtf8ValuesSerializeWithoutThrowing) {
+  Result<Config> c = ParseConfig("log:\n  path: /tmp/\x91x\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_NO_THROW((void)DumpJson(ConfigToJson(*c)));
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "shmkeeper/spec.h"  // Json
+#include "shmkeeper/json.h"
 #include "shmkeeper/status.h"
 
 namespace shmkeeper {

@@ -7,13 +7,10 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
+#include "shmkeeper/json.h"
 #include "shmkeeper/status.h"
 
 namespace shmkeeper {
-
-using Json = nlohmann::ordered_json;
 
 class Spec {
  public:
@@ -24,7 +21,7 @@ class Spec {
 
   // Writes the spec back atomically (temp file, fsync, rename in the bundle).
   Status Save() const;
-  std::string Dump() const { return doc_.dump(); }
+  std::string Dump() const { return DumpJson(doc_); }
   const std::string& path() const { return path_; }
 
   // annotations[key], when present and a string.
