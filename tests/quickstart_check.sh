@@ -20,3 +20,18 @@ runc_size=$(echo "$out2" | awk -F': *' '/under plain runc/ {print $2}')
 shmk_size=$(echo "$out2" | awk -F': *' '/under shmkeeper/ {print $2}')
 echo "quickstart: runc gives ${runc_size}, shmkeeper gives ${shmk_size}; second run changed nothing"
 [ "$runc_size" = "64.0M" ] && [ "$shmk_size" != "64.0M" ]
+
+# The reproduction on the engine the quickstart set up: a default
+# `docker run` (no flags) of the PyTorch DataLoader succeeds; plain runc dies.
+torch_run() {
+  docker run --rm "$@" -v /usr:/usr:ro -v /lib:/lib:ro -v /lib64:/lib64:ro -v /etc:/etc:ro \
+    -v "$repo/tests/e2e/workloads:/w:ro" -e OMP_NUM_THREADS=1 shmkeeper/busybox:quickstart \
+    /usr/bin/python3 /w/dataloader.py 2>&1 | tr -d "\\000"
+}
+if out=$(torch_run --runtime runc); then
+  echo "quickstart: the DataLoader unexpectedly succeeded under plain runc"; exit 1
+fi
+echo "$out" | grep -qi 'bus error' || { echo "$out" | tail -5; exit 1; }
+out=$(torch_run) || { echo "$out" | tail -20; exit 1; }
+echo "$out" | grep -q 'DATALOADER OK' || { echo "$out" | tail -5; exit 1; }
+echo "quickstart: PyTorch DataLoader: Bus error under plain runc, OK under shmkeeper with no flags"

@@ -34,9 +34,10 @@ std::string NowRfc3339() {
   ::clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   ::gmtime_r(&ts.tv_sec, &tm);
+  // snprintf rather than strftime: strftime loads the time zone database.
   char buf[64];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%09ldZ", ts.tv_nsec);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec);
   return buf;
 }
 

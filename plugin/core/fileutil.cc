@@ -60,7 +60,8 @@ std::string DirName(const std::string& path) {
 
 }  // namespace
 
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode,
+                       bool sync_dir) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) mode = st.st_mode & 07777;
   std::string tmpl = path + ".shmkeeper-XXXXXX";
@@ -77,6 +78,7 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, mode
   if (Status s = WriteAll(fd.get(), content); !s.ok()) return fail(s);
   if (::fsync(fd.get()) != 0) return fail(Status::FromErrno(errno, "fsync"));
   if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(Status::FromErrno(errno, "rename"));
+  if (!sync_dir) return Status::Ok();
   UniqueFd dir(::open(DirName(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.valid()) ::fsync(dir.get());
   return Status::Ok();

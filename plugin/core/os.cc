@@ -70,9 +70,12 @@ class SystemOs final : public Os {
   }
 
   int64_t HostMemoryBytes() override {
-    struct sysinfo si;
-    if (::sysinfo(&si) != 0) return 0;
-    return static_cast<int64_t>(si.totalram) * si.mem_unit;
+    static const int64_t total = [] {
+      struct sysinfo si;
+      if (::sysinfo(&si) != 0) return int64_t{0};
+      return static_cast<int64_t>(si.totalram) * si.mem_unit;
+    }();
+    return total;
   }
 
   Result<std::string> RealPath(const std::string& path) override {

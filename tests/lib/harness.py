@@ -12,10 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("SHMKEEPER_BUILD_DIR", REPO / "build"))
+BUILD = Path(os.environ.get("SHMKEEPER_BUILD_DIR", REPO / "build")).resolve()
 RUNTIME = BUILD / "plugin" / "shmkeeper-runtime"
 CLI = BUILD / "plugin" / "shmkeeper"
 BUSYBOX_APPLETS = ["sh", "df", "cat", "grep", "sleep", "stat", "ls", "mount", "dd", "head",
@@ -27,6 +25,7 @@ def require(cond, reason):
     missing prerequisite is a failure rather than a silent skip."""
     if cond:
         return
+    import pytest
     if os.environ.get("SHMKEEPER_NO_SKIP") == "1":
         pytest.fail("prerequisite missing in a run that forbids skips: " + reason)
     pytest.skip(reason)
@@ -85,8 +84,9 @@ class PrivateDocker:
     """A dockerd of our own: own socket, data root, exec root, pid file, config
     file; no bridge, no iptables. Uses the shmkeeper binaries from BUILD."""
 
-    def __init__(self, base: Path, env=None):
+    def __init__(self, base: Path, env=None, exec_root: Path = None):
         self.base = base
+        self.exec_root = exec_root or base / "exec"
         self.sock = base / "docker.sock"
         self.daemon_json = base / "daemon.json"
         self.host = f"unix://{self.sock}"
@@ -99,7 +99,7 @@ class PrivateDocker:
         if not self.daemon_json.exists():
             self.daemon_json.write_text("{}\n")
         cmd = ["dockerd", "--config-file", str(self.daemon_json), "--data-root", str(self.base / "data"),
-               "--exec-root", str(self.base / "exec"), "--pidfile", str(self.base / "dockerd.pid"),
+               "--exec-root", str(self.exec_root), "--pidfile", str(self.base / "dockerd.pid"),
                "-H", self.host, "--bridge=none", "--iptables=false", "--ip6tables=false",
                "--userland-proxy=false"]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,

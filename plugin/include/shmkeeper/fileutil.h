@@ -39,8 +39,11 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 16 << 2
 // Replaces `path` atomically: writes a temporary file in the same directory,
 // fsyncs it, renames it over `path` and fsyncs the directory. On any error the
 // temporary file is removed and `path` is untouched. `mode` applies only when
-// `path` does not exist yet; otherwise the existing mode is kept.
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644);
+// `path` does not exist yet; otherwise the existing mode is kept. With
+// `sync_dir` the directory is fsynced too, so the rename survives a crash;
+// files whose life ends at reboot anyway (a bundle's config.json) skip it.
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644,
+                       bool sync_dir = true);
 
 // True when `path` exists (any type, symlinks not followed).
 bool PathExists(const std::string& path);

@@ -28,7 +28,7 @@ class Os {
   // mount flags in `st_flags` (nosuid, nodev, noexec, ro, atime flags); the
   // mode and contents are kept by the kernel.
   virtual Status RemountTmpfs(const std::string& path, int64_t bytes, unsigned long st_flags) = 0;
-  // Total RAM of the host in bytes.
+  // Total RAM of the host in bytes (read once per process).
   virtual int64_t HostMemoryBytes() = 0;
   // realpath(3).
   virtual Result<std::string> RealPath(const std::string& path) = 0;
