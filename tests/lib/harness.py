@@ -82,7 +82,7 @@ def shm_mounts_under(prefix: str):
 
 class PrivateDocker:
     """A dockerd of our own: own socket, data root, exec root, pid file, config
-    file; no bridge, no iptables. Uses the shmkeeper binaries from BUILD."""
+    file and network namespace; no bridge, no iptables."""
 
     def __init__(self, base: Path, env=None, exec_root: Path = None):
         self.base = base
@@ -98,7 +98,9 @@ class PrivateDocker:
         self.base.mkdir(parents=True, exist_ok=True)
         if not self.daemon_json.exists():
             self.daemon_json.write_text("{}\n")
-        cmd = ["dockerd", "--config-file", str(self.daemon_json), "--data-root", str(self.base / "data"),
+        # Own network namespace: a dockerd with --bridge=none deletes the host's
+        # docker0 bridge at start, which would break the machine's own engine.
+        cmd = ["unshare", "--net", "--", "dockerd", "--config-file", str(self.daemon_json), "--data-root", str(self.base / "data"),
                "--exec-root", str(self.exec_root), "--pidfile", str(self.base / "dockerd.pid"),
                "-H", self.host, "--bridge=none", "--iptables=false", "--ip6tables=false",
                "--userland-proxy=false"]
