@@ -18,5 +18,6 @@ using Registrar = void (*)(CLI::App& app, Outcome& outcome);
 
 void RegisterVersion(CLI::App& app, Outcome& outcome);
 void RegisterInstall(CLI::App& app, Outcome& outcome);
+void RegisterAgent(CLI::App& app, Outcome& outcome);
 
 }  // namespace shmkeeper::cli

@@ -46,6 +46,33 @@ Status ParseEnum(const YAML::Node& node, const std::array<const char*, N>& names
 constexpr std::array<const char*, 2> kOverMaxNames = {"reject", "clamp"};
 constexpr std::array<const char*, 2> kOnErrorNames = {"passthrough", "fail"};
 constexpr std::array<const char*, 4> kLevelNames = {"debug", "info", "warn", "error"};
+constexpr std::array<const char*, 2> kReclaimNames = {"report", "auto"};
+
+Status SetString(const YAML::Node& n, std::string* out) {
+  if (n.IsNull()) return Status::Ok();
+  SHMK_ASSIGN_OR_RETURN(*out, Scalar(n));
+  return Status::Ok();
+}
+
+Status SetPathList(const YAML::Node& n, std::vector<std::string>* out) {
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsSequence()) return Status::Invalid("expected a list of absolute paths");
+  out->clear();
+  for (const YAML::Node& item : n) {
+    SHMK_ASSIGN_OR_RETURN(std::string p, Scalar(item));
+    if (p.empty() || p[0] != '/') return Status::Invalid("\"" + p + "\" is not an absolute path");
+    out->push_back(p);
+  }
+  return Status::Ok();
+}
+
+Status SetBool(const YAML::Node& n, bool* out) {
+  SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+  if (text == "true") *out = true;
+  else if (text == "false") *out = false;
+  else return Status::Invalid("\"" + text + "\" is not true or false");
+  return Status::Ok();
+}
 
 struct Field {
   std::string_view key;
@@ -86,6 +113,31 @@ const Field kFields[] = {
        return Status::Ok();
      }},
     {"log.level", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kLevelNames, &c->log.level); }},
+    {"agent.socket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.socket); }},
+    {"agent.scanInterval",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+       SHMK_ASSIGN_OR_RETURN(c->agent.scan_interval, ParseDuration(text));
+       return Status::Ok();
+     }},
+    {"agent.metricsAddress", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics_address); }},
+    {"agent.runtimeRoots", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.runtime_roots); }},
+    {"agent.dockerSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.docker_socket); }},
+    {"agent.hostShmDirs", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.host_shm_dirs); }},
+    {"agent.tcp.address", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.address); }},
+    {"agent.tcp.certFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.cert_file); }},
+    {"agent.tcp.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.key_file); }},
+    {"agent.tcp.clientCAFile",
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.client_ca_file); }},
+    {"agent.tcp.insecure", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.tcp.insecure); }},
+    {"leaks.grace",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+       SHMK_ASSIGN_OR_RETURN(std::chrono::milliseconds d, ParseDuration(text));
+       c->leaks.grace = std::chrono::duration_cast<std::chrono::seconds>(d);
+       return Status::Ok();
+     }},
+    {"leaks.reclaim", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kReclaimNames, &c->leaks.reclaim); }},
 };
 
 std::string Where(const std::string& name, const YAML::Node& node) {
@@ -129,6 +181,12 @@ Status Walk(const YAML::Node& map, const std::string& prefix, const std::string&
 }
 
 Status Validate(const YAML::Node& root, const std::string& name, const Config& c) {
+  const Config::Agent::Tcp& tcp = c.agent.tcp;
+  if (!tcp.address.empty() && !tcp.insecure && (tcp.cert_file.empty() || tcp.key_file.empty())) {
+    return Status::Invalid(Where(name, root["agent"]["tcp"]) +
+                           ": key 'agent.tcp': a TCP listener needs certFile and keyFile (TLS), or "
+                           "insecure: true to serve plaintext");
+  }
   if (c.shm.default_bytes && c.shm.max_bytes && *c.shm.default_bytes > *c.shm.max_bytes) {
     return Status::Invalid(Where(name, root["shm"]["default"]) + ": key 'shm.default': " +
                            FormatSize(*c.shm.default_bytes) + " is larger than shm.max " +
@@ -173,6 +231,22 @@ Result<Config> LoadConfig(const std::string& path, bool must_exist) {
 
 const char* LogLevelName(LogLevel level) { return kLevelNames[static_cast<size_t>(level)]; }
 
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  size_t i = 0;
+  int64_t n = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (n > 100000000) return Status::Invalid("duration \"" + std::string(text) + "\" is too long");
+    n = n * 10 + (text[i] - '0');
+  }
+  std::string_view unit = text.substr(i);
+  int64_t ms = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60000 : unit == "h" ? 3600000 : 0;
+  if (i == 0 || ms == 0) {
+    return Status::Invalid("invalid duration \"" + std::string(text) + "\": want a number and ms, s, m or h");
+  }
+  if (n == 0) return Status::Invalid("duration \"" + std::string(text) + "\" must be greater than zero");
+  return std::chrono::milliseconds(n * ms);
+}
+
 nlohmann::json ConfigToJson(const Config& c) {
   auto size = [](const std::optional<int64_t>& v, const char* unset) -> nlohmann::json {
     if (!v) return unset;
@@ -187,6 +261,18 @@ nlohmann::json ConfigToJson(const Config& c) {
       {"onInternalError", kOnErrorNames[static_cast<size_t>(c.on_internal_error)]},
       {"runtime", {{"path", c.runtime.path.empty() ? "runc or crun from PATH" : c.runtime.path}}},
       {"log", {{"path", c.log.path}, {"level", LogLevelName(c.log.level)}}},
+      {"agent",
+       {{"socket", c.agent.socket},
+        {"scanInterval", std::to_string(c.agent.scan_interval.count()) + "ms"},
+        {"metricsAddress", c.agent.metrics_address},
+        {"runtimeRoots", c.agent.runtime_roots},
+        {"dockerSocket", c.agent.docker_socket},
+        {"hostShmDirs", c.agent.host_shm_dirs},
+        {"tcp", {{"address", c.agent.tcp.address}, {"mtls", !c.agent.tcp.client_ca_file.empty()},
+                 {"insecure", c.agent.tcp.insecure}}}}},
+      {"leaks",
+       {{"grace", std::to_string(c.leaks.grace.count()) + "s"},
+        {"reclaim", kReclaimNames[static_cast<size_t>(c.leaks.reclaim)]}}},
   };
 }
 

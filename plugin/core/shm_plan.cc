@@ -64,14 +64,12 @@ Result<ShmTarget> ClassifyHostTmpfs(const Spec& spec, const std::string& source,
   return t;
 }
 
-struct Request {
-  int64_t bytes = 0;
-  std::string source;
-  std::string raw;
-};
+using Request = ShmRequest;
+
+}  // namespace
 
 // The first size the user asked for, in precedence order.
-Result<std::optional<Request>> UserRequest(const Spec& spec) {
+Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
   static constexpr std::array<const char*, 3> kAnnotations = {
       kShmSizeAnnotation, kCrioShmSizeAnnotation, kCrioLegacyShmSizeAnnotation};
   for (const char* key : kAnnotations) {
@@ -88,6 +86,8 @@ Result<std::optional<Request>> UserRequest(const Spec& spec) {
   }
   return std::optional<Request>();
 }
+
+namespace {
 
 Request PolicyRequest(const Spec& spec, const Config& config, Os& os) {
   if (config.shm.default_bytes) {
@@ -144,7 +144,7 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
     plan.reason = plan.target.why;
     return plan;
   }
-  SHMK_ASSIGN_OR_RETURN(std::optional<Request> user, UserRequest(spec));
+  SHMK_ASSIGN_OR_RETURN(std::optional<Request> user, UserShmRequest(spec));
   Request req;
   if (user) {
     req = *user;

@@ -5,10 +5,12 @@
 // the file, line, column and key.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -22,6 +24,7 @@ inline constexpr const char* kConfigEnv = "SHMKEEPER_CONFIG";
 enum class OverMax { kReject, kClamp };
 enum class OnInternalError { kPassthrough, kFail };
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
+enum class LeakReclaim { kReport, kAuto };
 
 struct Config {
   struct Shm {
@@ -44,6 +47,34 @@ struct Config {
     std::string path = "/var/log/shmkeeper/runtime.log";  // log.path; "" = no file log
     LogLevel level = LogLevel::kInfo;                     // log.level
   } log;
+  struct Agent {
+    // agent.socket: the gRPC unix socket (mode 0660, root).
+    std::string socket = "/run/shmkeeper/agent.sock";
+    // agent.scanInterval: time between full scans ("10s", "500ms", "1m").
+    std::chrono::milliseconds scan_interval{10000};
+    // agent.metricsAddress: HTTP /metrics, /healthz, /readyz ("" = off).
+    std::string metrics_address = "0.0.0.0:9731";
+    // agent.runtimeRoots: runc/crun state directories to discover containers
+    // in. Empty = Docker's, containerd's and CRI-O's defaults.
+    std::vector<std::string> runtime_roots;
+    // agent.dockerSocket: Docker Engine API for names and compose labels ("" = off).
+    std::string docker_socket = "/var/run/docker.sock";
+    // agent.hostShmDirs: host tmpfs directories to watch as pods of kind host.
+    std::vector<std::string> host_shm_dirs;
+    struct Tcp {
+      std::string address;         // agent.tcp.address: "" = no TCP listener
+      std::string cert_file;       // agent.tcp.certFile (PEM), required with address
+      std::string key_file;        // agent.tcp.keyFile (PEM)
+      std::string client_ca_file;  // agent.tcp.clientCAFile: set = mTLS
+      bool insecure = false;       // agent.tcp.insecure: plaintext TCP, only when asked
+    } tcp;
+  } agent;
+  struct Leaks {
+    // leaks.grace: how long a segment must stay unheld before reclaim.
+    std::chrono::seconds grace{60};
+    // leaks.reclaim: "report" (default) or "auto".
+    LeakReclaim reclaim = LeakReclaim::kReport;
+  } leaks;
   // Where this config came from: a file path, or "" for built-in defaults.
   std::string source;
 };
@@ -63,5 +94,8 @@ Result<Config> LoadConfig(const std::string& path, bool must_exist);
 nlohmann::json ConfigToJson(const Config& config);
 
 const char* LogLevelName(LogLevel level);
+
+// Parses "250ms", "10s", "5m", "1h" (a positive integer and one unit).
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
 
 }  // namespace shmkeeper

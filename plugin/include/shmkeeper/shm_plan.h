@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "shmkeeper/config.h"
@@ -47,6 +48,17 @@ struct ShmPlan {
   bool clamped = false;   // reduced to shm.max under overMax: clamp
   std::string reason;     // human explanation of the action
 };
+
+// A size request and where it came from.
+struct ShmRequest {
+  int64_t bytes = 0;
+  std::string source;  // "annotation:<key>", "env:SHMKEEPER_SHM_SIZE", "engine", "policy"
+  std::string raw;     // as written
+};
+
+// The size the container's own spec asks for (annotations, then env), or
+// nullopt. kInvalidArgument for an unparseable value.
+Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec);
 
 // Classifies the container's /dev/shm. Errors are internal (statfs failures).
 Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id, Os& os);

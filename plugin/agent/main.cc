@@ -1,0 +1,84 @@
+// shmkeeperd: the node agent. Scans the node's shared memory periodically and
+// serves it over gRPC (unix socket, optional TLS TCP) and Prometheus HTTP.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "server.h"
+#include "shmkeeper/agent.h"
+#include "shmkeeper/decision_log.h"
+#include "shmkeeper/json.h"
+#include "shmkeeper/version.h"
+
+namespace shmkeeper::agent {
+namespace {
+
+ScanOptions ScanOptionsFrom(const Config& c) {
+  ScanOptions s;
+  if (!c.agent.runtime_roots.empty()) s.runtime_roots = c.agent.runtime_roots;
+  s.docker_socket = c.agent.docker_socket;
+  s.host_shm_dirs = c.agent.host_shm_dirs;
+  s.grace = c.leaks.grace;
+  return s;
+}
+
+void Log(const char* level, const std::string& msg, Json extra = Json::object()) {
+  extra["time"] = NowRfc3339();
+  extra["level"] = level;
+  extra["msg"] = msg;
+  std::cerr << DumpJson(extra) << std::endl;
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app{"shmkeeperd: the shmkeeper node agent", "shmkeeperd"};
+  app.set_version_flag("--version", std::string("shmkeeperd ") + SHMKEEPER_VERSION);
+  std::string config_flag, socket, metrics;
+  app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
+  app.add_option("--socket", socket, "Override agent.socket");
+  app.add_option("--metrics-address", metrics, "Override agent.metricsAddress");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "shmkeeperd: " << e.what() << " (see shmkeeperd --help)\n";
+    return 2;
+  }
+  std::string path = ResolveConfigPath(config_flag);
+  Result<Config> config = LoadConfig(path, !config_flag.empty());
+  if (!config.ok()) {
+    std::cerr << "shmkeeperd: " << config.status().message() << "\n";
+    return 2;
+  }
+  if (!socket.empty()) config->agent.socket = socket;
+  if (app.count("--metrics-address")) config->agent.metrics_address = metrics;
+  Log("info", "starting shmkeeperd " SHMKEEPER_VERSION, {{"config", ConfigToJson(*config)}});
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread inherits the mask; main waits below
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Agent agent(*config, ScanOptionsFrom(*config));
+  agent.Start();
+  AgentServer server(&agent, ServerOptions::FromConfig(*config));
+  if (Status s = server.Start(); !s.ok()) {
+    Log("error", s.message());
+    return 1;
+  }
+  Log("info", "serving", {{"socket", config->agent.socket}, {"metrics_port", server.metrics_port()},
+                          {"tcp_port", server.tcp_port()}});
+  int sig = 0;
+  sigwait(&set, &sig);
+  Log("info", "stopping", {{"signal", sig}});
+  server.Shutdown();
+  agent.Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace shmkeeper::agent
+
+int main(int argc, char** argv) { return shmkeeper::agent::Run(argc, argv); }

@@ -1,0 +1,143 @@
+#include "server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <httplib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "service.h"
+#include "shmkeeper/fileutil.h"
+
+namespace shmkeeper::agent {
+namespace {
+
+Status PrepareSocketPath(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    std::string dir = path.substr(0, slash);
+    if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + dir);
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return Status::Precondition(path + " exists and is not a socket");
+    ::unlink(path.c_str());  // stale socket of a previous agent
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const ServerOptions& o) {
+  if (o.tcp_insecure) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  SHMK_ASSIGN_OR_RETURN(std::string cert, ReadFile(o.tls_cert_file));
+  SHMK_ASSIGN_OR_RETURN(std::string key, ReadFile(o.tls_key_file));
+  ssl.pem_key_cert_pairs.push_back({key, cert});
+  if (!o.tls_client_ca_file.empty()) {
+    SHMK_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(o.tls_client_ca_file));
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+bool SplitHostPort(const std::string& addr, std::string* host, int* port) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = addr.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  char* end = nullptr;
+  long p = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p < 0 || p > 65535) return false;
+  *port = static_cast<int>(p);
+  return true;
+}
+
+}  // namespace
+
+ServerOptions ServerOptions::FromConfig(const Config& c) {
+  ServerOptions o;
+  o.unix_socket = c.agent.socket;
+  o.tcp_address = c.agent.tcp.address;
+  o.tls_cert_file = c.agent.tcp.cert_file;
+  o.tls_key_file = c.agent.tcp.key_file;
+  o.tls_client_ca_file = c.agent.tcp.client_ca_file;
+  o.tcp_insecure = c.agent.tcp.insecure;
+  o.metrics_address = c.agent.metrics_address;
+  return o;
+}
+
+AgentServer::AgentServer(Agent* agent, ServerOptions options)
+    : agent_(agent), opts_(std::move(options)), service_(std::make_unique<ShmKeeperService>(agent)) {}
+
+AgentServer::~AgentServer() { Shutdown(); }
+
+Status AgentServer::Start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.RegisterService(service_.get());
+  if (!opts_.unix_socket.empty()) {
+    SHMK_RETURN_IF_ERROR(PrepareSocketPath(opts_.unix_socket));
+    builder.AddListeningPort("unix:" + opts_.unix_socket, grpc::InsecureServerCredentials());
+  }
+  if (!opts_.tcp_address.empty()) {
+    SHMK_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, TcpCredentials(opts_));
+    builder.AddListeningPort(opts_.tcp_address, creds, &tcp_port_);
+  }
+  mode_t old = ::umask(0117);  // the unix socket is created 0660
+  grpc_ = builder.BuildAndStart();
+  ::umask(old);
+  if (!grpc_) return Status::Internal("gRPC server did not start (address in use or invalid?)");
+  if (!opts_.tcp_address.empty() && tcp_port_ == 0) {
+    Shutdown();
+    return Status::Internal("cannot listen on " + opts_.tcp_address);
+  }
+  if (Status s = StartHttp(); !s.ok()) {
+    Shutdown();
+    return s;
+  }
+  grpc_->GetHealthCheckService()->SetServingStatus(true);
+  return Status::Ok();
+}
+
+Status AgentServer::StartHttp() {
+  if (opts_.metrics_address.empty()) return Status::Ok();
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(opts_.metrics_address, &host, &port)) {
+    return Status::Invalid("metrics address \"" + opts_.metrics_address + "\" is not host:port");
+  }
+  http_ = std::make_unique<httplib::Server>();
+  Agent* agent = agent_;
+  http_->Get("/metrics", [agent](const httplib::Request&, httplib::Response& res) {
+    std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
+    res.set_content(RenderMetrics(snap.get(), *agent), "text/plain; version=0.0.4");
+  });
+  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  http_->Get("/readyz", [agent](const httplib::Request&, httplib::Response& res) {
+    bool ready = agent->Ready();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "first scan pending\n", "text/plain");
+  });
+  metrics_port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (metrics_port_ <= 0) return Status::Internal("cannot listen on " + opts_.metrics_address);
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return Status::Ok();
+}
+
+void AgentServer::Shutdown() {
+  if (http_) {
+    http_->stop();
+    if (http_thread_.joinable()) http_thread_.join();
+    http_.reset();
+  }
+  if (grpc_) {
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_.reset();
+    if (!opts_.unix_socket.empty()) ::unlink(opts_.unix_socket.c_str());
+  }
+}
+
+}  // namespace shmkeeper::agent

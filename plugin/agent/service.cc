@@ -1,0 +1,95 @@
+#include "service.h"
+
+#include <charconv>
+
+#include "convert.h"
+
+namespace shmkeeper::agent {
+namespace {
+
+constexpr int32_t kMaxPageSize = 1000;
+
+Result<size_t> PageOffset(const std::string& token) {
+  if (token.empty()) return size_t{0};
+  size_t v = 0;
+  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+  if (ec != std::errc() || end != token.data() + token.size()) {
+    return Status::Invalid("malformed page_token \"" + token + "\"");
+  }
+  return v;
+}
+
+}  // namespace
+
+grpc::Status ShmKeeperService::GetNode(grpc::ServerContext*, const v1::GetNodeRequest*, v1::GetNodeResponse* resp) {
+  std::shared_ptr<const NodeSnapshot> snap = agent_->Snapshot();
+  if (!snap) return ToGrpc(Status::Precondition("the first scan has not finished"));
+  ToProto(*snap, agent_->config(), resp->mutable_node());
+  return grpc::Status::OK;
+}
+
+grpc::Status ShmKeeperService::ListPods(grpc::ServerContext*, const v1::ListPodsRequest* req,
+                                        v1::ListPodsResponse* resp) {
+  if (req->page_size() < 0 || req->page_size() > kMaxPageSize) {
+    return ToGrpc(Status::Invalid("page_size " + std::to_string(req->page_size()) + " is outside 0.." +
+                                  std::to_string(kMaxPageSize)));
+  }
+  Result<size_t> offset = PageOffset(req->page_token());
+  if (!offset.ok()) return ToGrpc(offset.status());
+  Result<std::vector<PodRecord>> pods = agent_->ListPods({req->namespace_(), req->selector(), req->only_with_leaks()});
+  if (!pods.ok()) return ToGrpc(pods.status());
+  size_t end = req->page_size() ? std::min(pods->size(), *offset + static_cast<size_t>(req->page_size())) : pods->size();
+  for (size_t i = *offset; i < end; ++i) ToProto((*pods)[i], resp->add_pods());
+  if (end < pods->size()) resp->set_next_page_token(std::to_string(end));
+  return grpc::Status::OK;
+}
+
+grpc::Status ShmKeeperService::GetPod(grpc::ServerContext*, const v1::GetPodRequest* req, v1::GetPodResponse* resp) {
+  Result<PodRecord> pod = agent_->FindPod(req->uid(), req->name(), req->container_id());
+  if (!pod.ok()) return ToGrpc(pod.status());
+  ToProto(*pod, resp->mutable_pod());
+  return grpc::Status::OK;
+}
+
+grpc::Status ShmKeeperService::ListLeaks(grpc::ServerContext*, const v1::ListLeaksRequest* req,
+                                         v1::ListLeaksResponse* resp) {
+  if (!agent_->Ready()) return ToGrpc(Status::Precondition("the first scan has not finished"));
+  for (const LeakRecord& l : agent_->ListLeaks(req->namespace_(), req->pod())) ToProto(l, resp->add_leaks());
+  return grpc::Status::OK;
+}
+
+grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest* req,
+                                            v1::ReclaimLeaksResponse* resp) {
+  bool dry_run = !req->has_dry_run() || req->dry_run();
+  std::vector<std::string> paths(req->paths().begin(), req->paths().end());
+  for (const std::string& p : paths) {
+    if (p.empty() || p[0] != '/') return ToGrpc(Status::Invalid("path \"" + p + "\" is not absolute"));
+  }
+  Result<ReclaimOutcome> out = agent_->Reclaim(dry_run, req->namespace_(), req->pod(), paths);
+  if (!out.ok()) return ToGrpc(out.status());
+  resp->set_dry_run(dry_run);
+  for (const LeakRecord& l : out->reclaimed) ToProto(l, resp->add_reclaimed());
+  for (const auto& [l, why] : out->skipped) {
+    v1::SkippedLeak* s = resp->add_skipped();
+    ToProto(l, s->mutable_leak());
+    s->set_reason(why);
+  }
+  resp->set_freed_bytes(out->freed_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status ShmKeeperService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                                     grpc::ServerWriter<v1::Event>* writer) {
+  std::unique_ptr<EventHub::Subscription> sub = agent_->events().Subscribe();
+  while (!ctx->IsCancelled()) {
+    for (const AgentEvent& e : sub->Next(std::chrono::milliseconds(500))) {
+      if (!req->namespace_().empty() && e.pod.ns != req->namespace_()) continue;
+      v1::Event pe;
+      ToProto(e, &pe);
+      if (!writer->Write(pe)) return grpc::Status::OK;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace shmkeeper::agent

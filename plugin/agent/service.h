@@ -1,0 +1,26 @@
+// shmkeeper.v1.ShmKeeper: thin handlers that validate requests, call the
+// Agent, and map results and errors to proto and gRPC status codes.
+#pragma once
+
+#include "shmkeeper/agent.h"
+#include "shmkeeper/v1/agent.grpc.pb.h"
+
+namespace shmkeeper::agent {
+
+class ShmKeeperService final : public v1::ShmKeeper::Service {
+ public:
+  explicit ShmKeeperService(Agent* agent) : agent_(agent) {}
+
+  grpc::Status GetNode(grpc::ServerContext*, const v1::GetNodeRequest*, v1::GetNodeResponse*) override;
+  grpc::Status ListPods(grpc::ServerContext*, const v1::ListPodsRequest*, v1::ListPodsResponse*) override;
+  grpc::Status GetPod(grpc::ServerContext*, const v1::GetPodRequest*, v1::GetPodResponse*) override;
+  grpc::Status ListLeaks(grpc::ServerContext*, const v1::ListLeaksRequest*, v1::ListLeaksResponse*) override;
+  grpc::Status ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest*,
+                            v1::ReclaimLeaksResponse*) override;
+  grpc::Status Watch(grpc::ServerContext*, const v1::WatchRequest*, grpc::ServerWriter<v1::Event>*) override;
+
+ private:
+  Agent* agent_;  // not owned; outlives the service
+};
+
+}  // namespace shmkeeper::agent

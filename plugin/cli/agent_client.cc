@@ -1,0 +1,76 @@
+#include "agent_client.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/size.h"
+
+namespace shmkeeper::cli {
+
+void AgentFlags::Add(CLI::App* cmd) {
+  cmd->add_option("--agent", agent, "Agent address: unix:///path, /path or host:port")->capture_default_str();
+  cmd->add_option("--tls-ca", tls_ca, "CA certificate (PEM) to verify a TCP agent");
+  cmd->add_option("--tls-cert", tls_cert, "Client certificate (PEM) for mTLS");
+  cmd->add_option("--tls-key", tls_key, "Client key (PEM) for mTLS");
+  cmd->add_flag("--insecure", insecure, "Plaintext TCP (only for an agent configured with tcp.insecure)");
+  cmd->add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+}
+
+Result<std::unique_ptr<v1::ShmKeeper::Stub>> Connect(const AgentFlags& f) {
+  std::string target = f.agent;
+  if (target.starts_with("/")) target = "unix://" + target;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (target.starts_with("unix:")) {
+    creds = grpc::InsecureChannelCredentials();
+  } else if (f.insecure) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    if (f.tls_ca.empty()) {
+      return Status::Invalid("--agent " + f.agent + " is TCP: give --tls-ca (TLS) or --insecure");
+    }
+    grpc::SslCredentialsOptions ssl;
+    SHMK_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(f.tls_ca));
+    if (!f.tls_cert.empty()) {
+      SHMK_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(f.tls_cert));
+      SHMK_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(f.tls_key));
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  return v1::ShmKeeper::NewStub(grpc::CreateChannel(target, creds));
+}
+
+Status RpcError(const AgentFlags& f, const grpc::Status& s) {
+  std::string msg = s.error_message();
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return Status::Internal("cannot reach the agent at " + f.agent + " (is shmkeeperd running?): " + msg);
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return Status::Invalid(msg);
+    case grpc::StatusCode::NOT_FOUND:
+      return Status::NotFound(msg);
+    default:
+      return Status::Internal("agent at " + f.agent + ": " + msg);
+  }
+}
+
+void SetDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+}
+
+Status PrintJson(const google::protobuf::Message& msg) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  auto st = google::protobuf::util::MessageToJsonString(msg, &out, opts);
+  if (!st.ok()) return Status::Internal("JSON: " + std::string(st.message()));
+  std::cout << out;
+  return Status::Ok();
+}
+
+std::string Iec(int64_t bytes) { return bytes <= 0 ? "0" : FormatSize(bytes); }
+
+}  // namespace shmkeeper::cli

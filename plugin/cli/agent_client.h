@@ -1,0 +1,42 @@
+// Connecting the CLI to shmkeeperd, and printing its answers.
+#pragma once
+
+#include <google/protobuf/message.h>
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "cli.h"
+#include "shmkeeper/v1/agent.grpc.pb.h"
+
+namespace shmkeeper::cli {
+
+inline constexpr const char* kDefaultAgent = "unix:///run/shmkeeper/agent.sock";
+
+// Options every agent verb takes.
+struct AgentFlags {
+  std::string agent = kDefaultAgent;  // unix:///path, /path, or host:port
+  std::string tls_ca;                 // CA for a TCP agent (TLS); required for TCP unless --insecure
+  std::string tls_cert, tls_key;      // client certificate for mTLS
+  bool insecure = false;              // plaintext TCP
+  std::string output = "table";       // table or json
+
+  void Add(CLI::App* cmd);
+};
+
+// A stub for the agent at `flags.agent`, or a usage error.
+Result<std::unique_ptr<v1::ShmKeeper::Stub>> Connect(const AgentFlags& flags);
+
+// A failed RPC as a Status that names the agent address.
+Status RpcError(const AgentFlags& flags, const grpc::Status& s);
+
+// Sets a deadline for unary calls.
+void SetDeadline(grpc::ClientContext* ctx);
+
+// Prints `msg` as protobuf's canonical JSON.
+Status PrintJson(const google::protobuf::Message& msg);
+
+std::string Iec(int64_t bytes);
+
+}  // namespace shmkeeper::cli

@@ -1,0 +1,384 @@
+#include "shmkeeper/agent.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "shmkeeper/size.h"
+
+namespace shmkeeper {
+namespace {
+
+constexpr size_t kMaxQueuedEvents = 1024;
+
+std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/" + k.name; }
+
+AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
+  AgentEvent e;
+  e.time = std::chrono::system_clock::now();
+  e.kind = kind;
+  e.pod = pod;
+  e.message = std::move(msg);
+  return e;
+}
+
+// Events from the difference between two snapshots.
+std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next) {
+  std::vector<AgentEvent> out;
+  std::map<std::string, const PodRecord*> before;
+  if (prev) {
+    for (const PodRecord& p : prev->pods) before[p.key.uid] = &p;
+  }
+  std::set<std::string> seen;
+  for (const PodRecord& p : next.pods) {
+    seen.insert(p.key.uid);
+    auto it = before.find(p.key.uid);
+    if (it == before.end()) {
+      if (prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
+      continue;
+    }
+    const PodRecord& old = *it->second;
+    if (old.size_bytes && p.size_bytes && old.size_bytes != p.size_bytes) {
+      AgentEvent e = MakeEvent(EventKind::kResizeApplied, p.key,
+                               "/dev/shm resized from " + FormatSize(old.size_bytes) + " to " + FormatSize(p.size_bytes));
+      e.bytes = p.size_bytes;
+      out.push_back(e);
+    }
+    for (int pct : {80, 95}) {
+      auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
+      if (over(p) && !over(old)) {
+        AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
+                                 "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
+                                     FormatSize(p.size_bytes) + ")");
+        e.bytes = p.used_bytes;
+        e.threshold_percent = pct;
+        out.push_back(e);
+      }
+    }
+  }
+  for (const auto& [uid, p] : before) {
+    if (!seen.count(uid)) out.push_back(MakeEvent(EventKind::kPodStopped, p->key, PodName(p->key) + " stopped"));
+  }
+  std::set<std::pair<std::string, int32_t>> known;
+  if (prev) {
+    for (const LeakRecord& l : prev->leaks) known.insert({l.pod.uid + l.path, l.sysv_id});
+  }
+  for (const LeakRecord& l : next.leaks) {
+    if (known.count({l.pod.uid + l.path, l.sysv_id})) continue;
+    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
+                             std::string(LeakStateName(l.state)) + " segment " +
+                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
+                                 FormatSize(l.bytes) + ")");
+    e.bytes = l.bytes;
+    e.path = l.path;
+    out.push_back(e);
+  }
+  return out;
+}
+
+bool PodMatches(const PodKey& k, const std::string& ns, const std::string& pod) {
+  if (!ns.empty() && k.ns != ns) return false;
+  return pod.empty() || k.name == pod || k.uid == pod;
+}
+
+}  // namespace
+
+// ---- EventHub --------------------------------------------------------------
+
+std::unique_ptr<EventHub::Subscription> EventHub::Subscribe() {
+  auto sub = std::make_unique<Subscription>();
+  sub->hub_ = this;
+  std::lock_guard<std::mutex> l(mu_);
+  subs_.push_back(sub.get());
+  return sub;
+}
+
+EventHub::Subscription::~Subscription() {
+  std::lock_guard<std::mutex> l(hub_->mu_);
+  std::erase(hub_->subs_, this);
+}
+
+std::vector<AgentEvent> EventHub::Subscription::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(hub_->mu_);
+  hub_->cv_.wait_for(l, timeout, [&] { return !queue_.empty(); });
+  std::vector<AgentEvent> out(queue_.begin(), queue_.end());
+  queue_.clear();
+  return out;
+}
+
+void EventHub::Publish(const std::vector<AgentEvent>& events) {
+  if (events.empty()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (Subscription* s : subs_) {
+    for (const AgentEvent& e : events) {
+      if (s->queue_.size() >= kMaxQueuedEvents) s->queue_.pop_front();
+      s->queue_.push_back(e);
+    }
+  }
+  cv_.notify_all();
+}
+
+// ---- selectors -------------------------------------------------------------
+
+Result<std::vector<SelectorTerm>> ParseSelector(const std::string& text) {
+  std::vector<SelectorTerm> terms;
+  if (text.empty()) return terms;
+  std::stringstream in(text);
+  std::string part;
+  auto valid_key = [](const std::string& k) {
+    return !k.empty() && k.size() <= 317 &&
+           k.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./") ==
+               std::string::npos;
+  };
+  while (std::getline(in, part, ',')) {
+    SelectorTerm t;
+    size_t ne = part.find("!="), eq = part.find('=');
+    if (ne != std::string::npos) {
+      t = {part.substr(0, ne), part.substr(ne + 2), SelectorTerm::kNotEquals};
+    } else if (eq != std::string::npos) {
+      size_t vstart = part.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1;
+      t = {part.substr(0, eq), part.substr(vstart), SelectorTerm::kEquals};
+    } else if (part.starts_with("!")) {
+      t = {part.substr(1), "", SelectorTerm::kNotExists};
+    } else {
+      t = {part, "", SelectorTerm::kExists};
+    }
+    if (!valid_key(t.key) || t.value.find_first_of("=!, ") != std::string::npos) {
+      return Status::Invalid("malformed selector \"" + text + "\" at \"" + part + "\"");
+    }
+    terms.push_back(std::move(t));
+  }
+  return terms;
+}
+
+bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& terms) {
+  auto lookup = [&](const std::string& k) -> const std::string* {
+    if (auto it = pod.labels.find(k); it != pod.labels.end()) return &it->second;
+    if (auto it = pod.annotations.find(k); it != pod.annotations.end()) return &it->second;
+    return nullptr;
+  };
+  for (const SelectorTerm& t : terms) {
+    const std::string* v = lookup(t.key);
+    bool ok = t.op == SelectorTerm::kExists      ? v != nullptr
+              : t.op == SelectorTerm::kNotExists ? v == nullptr
+              : t.op == SelectorTerm::kEquals    ? v && *v == t.value
+                                                 : !v || *v != t.value;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// ---- Agent -----------------------------------------------------------------
+
+Agent::Agent(const Config& config, ScanOptions scan) : config_(config), scanner_(std::move(scan)) {}
+
+Agent::~Agent() { Stop(); }
+
+void Agent::Start() {
+  ScanNow();
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void Agent::Stop() {
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    stop_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+void Agent::Loop() {
+  std::unique_lock<std::mutex> l(loop_mu_);
+  while (!stop_) {
+    loop_cv_.wait_for(l, config_.agent.scan_interval, [this] { return stop_.load(); });
+    if (stop_) break;
+    l.unlock();
+    ScanNow();
+    l.lock();
+  }
+}
+
+void Agent::ScanNow() {
+  std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  auto next = std::make_shared<const NodeSnapshot>(scanner_.Scan());
+  Publish(next);
+  AutoReclaim(*next);
+}
+
+void Agent::Publish(std::shared_ptr<const NodeSnapshot> next) {
+  std::shared_ptr<const NodeSnapshot> prev;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    prev = snapshot_;
+    snapshot_ = next;
+  }
+  events_.Publish(Diff(prev.get(), *next));
+}
+
+std::shared_ptr<const NodeSnapshot> Agent::Snapshot() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return snapshot_;
+}
+
+void Agent::AutoReclaim(const NodeSnapshot& snap) {
+  std::vector<LeakRecord> due;
+  for (const LeakRecord& l : snap.leaks) {
+    bool on = config_.leaks.reclaim == LeakReclaim::kAuto || l.reclaim_auto;
+    if (on && l.reclaimable) due.push_back(l);
+  }
+  if (!due.empty()) RecordReclaim(ReclaimLeaks(due, /*dry_run=*/false));
+}
+
+void Agent::RecordReclaim(const ReclaimOutcome& out) {
+  std::vector<AgentEvent> events;
+  for (const LeakRecord& l : out.reclaimed) {
+    AgentEvent e = MakeEvent(EventKind::kLeakReclaimed, l.pod,
+                             "reclaimed " + (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
+                                 FormatSize(l.bytes) + ")");
+    e.bytes = l.bytes;
+    e.path = l.path;
+    events.push_back(e);
+  }
+  reclaimed_total_ += static_cast<int64_t>(out.reclaimed.size());
+  reclaimed_bytes_total_ += out.freed_bytes;
+  events_.Publish(events);
+}
+
+Result<std::vector<PodRecord>> Agent::ListPods(const PodFilter& f) const {
+  SHMK_ASSIGN_OR_RETURN(std::vector<SelectorTerm> terms, ParseSelector(f.selector));
+  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+  std::vector<PodRecord> out;
+  if (!snap) return Status::Precondition("the first scan has not finished");
+  for (const PodRecord& p : snap->pods) {
+    if (!f.ns.empty() && p.key.ns != f.ns) continue;
+    if (f.only_with_leaks && p.leaked_bytes == 0) continue;
+    if (!MatchesSelector(p, terms)) continue;
+    out.push_back(p);
+  }
+  return out;
+}
+
+Result<PodRecord> Agent::FindPod(const std::string& uid, const std::string& name,
+                                 const std::string& container_id) const {
+  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+  if (!snap) return Status::Precondition("the first scan has not finished");
+  if (uid.empty() && name.empty() && container_id.empty()) {
+    return Status::Invalid("give a pod uid, a namespace/name, or a container id");
+  }
+  if (!container_id.empty() && container_id.size() < 4) {
+    return Status::Invalid("container id prefix \"" + container_id + "\" is shorter than 4 characters");
+  }
+  std::vector<const PodRecord*> hits;
+  for (const PodRecord& p : snap->pods) {
+    bool hit = (!uid.empty() && p.key.uid == uid) || (!name.empty() && PodName(p.key) == name);
+    for (const ContainerRecord& c : p.containers) {
+      if (!container_id.empty() && c.id.starts_with(container_id)) hit = true;
+    }
+    if (hit) hits.push_back(&p);
+  }
+  std::string what = !uid.empty() ? "uid " + uid : !name.empty() ? "name " + name : "container " + container_id;
+  if (hits.empty()) return Status::NotFound("no pod with " + what);
+  if (hits.size() > 1) return Status::Invalid(what + " matches " + std::to_string(hits.size()) + " pods");
+  return *hits.front();
+}
+
+std::vector<LeakRecord> Agent::ListLeaks(const std::string& ns, const std::string& pod) const {
+  std::vector<LeakRecord> out;
+  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+  if (!snap) return out;
+  for (const LeakRecord& l : snap->leaks) {
+    if (PodMatches(l.pod, ns, pod)) out.push_back(l);
+  }
+  return out;
+}
+
+Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
+                                      const std::vector<std::string>& paths) {
+  // A fresh scan first: reclaim acts on what is true now, not on the last tick.
+  ScanNow();
+  std::vector<LeakRecord> candidates;
+  for (const LeakRecord& l : ListLeaks(ns, pod)) {
+    if (paths.empty() || std::find(paths.begin(), paths.end(), l.path) != paths.end()) candidates.push_back(l);
+  }
+  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run);
+  if (!dry_run) RecordReclaim(out);
+  return out;
+}
+
+// ---- metrics ---------------------------------------------------------------
+
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string PodLabels(const PodKey& k) {
+  return "namespace=\"" + Escape(k.ns) + "\",pod=\"" + Escape(k.name) + "\",uid=\"" + Escape(k.uid) + "\",kind=\"" +
+         PodKindName(k.kind) + "\"";
+}
+
+}  // namespace
+
+std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
+  std::ostringstream o;
+  auto help = [&](const char* name, const char* type, const char* text) {
+    o << "# HELP " << name << " " << text << "\n# TYPE " << name << " " << type << "\n";
+  };
+  help("shmkeeper_up", "gauge", "1 once the agent has completed a scan.");
+  o << "shmkeeper_up " << (snap ? 1 : 0) << "\n";
+  help("shmkeeper_reclaimed_segments_total", "counter", "Segments reclaimed by the agent.");
+  o << "shmkeeper_reclaimed_segments_total " << agent.reclaimed_total() << "\n";
+  help("shmkeeper_reclaimed_bytes_total", "counter", "Bytes freed by reclaim.");
+  o << "shmkeeper_reclaimed_bytes_total " << agent.reclaimed_bytes_total() << "\n";
+  if (!snap) return o.str();
+  help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
+  o << "shmkeeper_scan_duration_seconds " << std::chrono::duration<double>(snap->duration).count() << "\n";
+  help("shmkeeper_scans_total", "counter", "Full scans completed.");
+  o << "shmkeeper_scans_total " << snap->scans << "\n";
+  help("shmkeeper_node_shm_size_bytes", "gauge", "Size of the host's /dev/shm.");
+  o << "shmkeeper_node_shm_size_bytes " << snap->host_shm_size_bytes << "\n";
+  help("shmkeeper_node_shm_used_bytes", "gauge", "Used bytes of the host's /dev/shm.");
+  o << "shmkeeper_node_shm_used_bytes " << snap->host_shm_used_bytes << "\n";
+  help("shmkeeper_node_leaked_bytes", "gauge", "Bytes in segments nobody holds, node-wide.");
+  o << "shmkeeper_node_leaked_bytes " << snap->leaked_bytes << "\n";
+  struct Series {
+    const char* name;
+    const char* help;
+    int64_t PodRecord::*field;
+  };
+  static constexpr Series kSeries[] = {
+      {"shmkeeper_pod_shm_size_bytes", "Size of the pod's /dev/shm tmpfs.", &PodRecord::size_bytes},
+      {"shmkeeper_pod_shm_used_bytes", "Used bytes of the pod's /dev/shm (statfs).", &PodRecord::used_bytes},
+      {"shmkeeper_pod_shm_unlinked_bytes", "Bytes held by unlinked files.", &PodRecord::unlinked_bytes},
+      {"shmkeeper_pod_sysv_bytes", "SysV shared memory in the pod's IPC namespace.", &PodRecord::sysv_bytes},
+      {"shmkeeper_pod_memcg_shmem_bytes", "shmem charged to the pod's memory cgroup.", &PodRecord::memcg_shmem_bytes},
+      {"shmkeeper_pod_leaked_bytes", "Bytes in the pod's segments that nobody holds.", &PodRecord::leaked_bytes},
+  };
+  for (const Series& s : kSeries) {
+    help(s.name, "gauge", s.help);
+    for (const PodRecord& p : snap->pods) o << s.name << "{" << PodLabels(p.key) << "} " << p.*s.field << "\n";
+  }
+  help("shmkeeper_pod_shm_files", "gauge", "Files in the pod's /dev/shm.");
+  for (const PodRecord& p : snap->pods) o << "shmkeeper_pod_shm_files{" << PodLabels(p.key) << "} " << p.files << "\n";
+  return o.str();
+}
+
+const char* EventKindName(EventKind kind) {
+  static constexpr const char* kNames[] = {"?", "pod_started", "pod_stopped", "resize_applied",
+                                           "usage_high", "leak_found", "leak_reclaimed"};
+  return kNames[static_cast<int>(kind)];
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,134 @@
+#include "shmkeeper/discovery.h"
+
+#include <dirent.h>
+#include <sys/socket.h>
+
+#include <httplib.h>
+
+#include <memory>
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/json.h"
+#include "shmkeeper/proc_table.h"
+#include "shmkeeper/shm_plan.h"
+#include "shmkeeper/spec.h"
+
+namespace shmkeeper {
+namespace {
+
+std::vector<std::string> ListDir(const std::string& path) {
+  std::vector<std::string> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
+  if (!dir) return out;
+  while (struct dirent* e = ::readdir(dir.get())) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(n);
+  }
+  return out;
+}
+
+std::string BundleFromLabels(const Json& labels) {
+  if (!labels.is_array()) return "";
+  for (const Json& l : labels) {
+    if (l.is_string() && l.get_ref<const std::string&>().starts_with("bundle=")) {
+      return l.get<std::string>().substr(7);
+    }
+  }
+  return "";
+}
+
+void ReadBundle(ContainerRecord* c) {
+  if (c->bundle.empty()) return;
+  Result<Spec> spec = Spec::Load(c->bundle);
+  if (!spec.ok()) return;
+  const Json& ann = spec->doc().contains("annotations") ? spec->doc()["annotations"] : Json();
+  if (ann.is_object()) {
+    for (auto it = ann.begin(); it != ann.end(); ++it) {
+      if (it.value().is_string()) c->annotations[it.key()] = it.value().get<std::string>();
+    }
+  }
+  auto ctr_name = c->annotations.find("io.kubernetes.cri.container-name");
+  if (ctr_name != c->annotations.end()) c->name = ctr_name->second;
+  Result<std::optional<ShmRequest>> req = UserShmRequest(*spec);
+  if (req.ok() && req->has_value()) {
+    c->requested_bytes = (*req)->bytes;
+    c->requested_source = (*req)->source;
+  } else if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {
+    if (std::optional<int64_t> size = spec->MountSizeOption(*m)) {
+      c->requested_bytes = *size;
+      c->requested_source = "spec";
+    }
+  }
+}
+
+bool ReadState(const std::string& root, const std::string& id, const std::string& proc, ContainerRecord* c) {
+  Result<std::string> text = ReadFile(root + "/" + id + "/state.json", 4 << 20);
+  if (!text.ok()) return false;
+  Json st = Json::parse(*text, nullptr, false);
+  if (!st.is_object()) return false;
+  c->id = st.value("id", id);
+  c->runtime_root = root;
+  c->pid = st.value("init_process_pid", 0);
+  c->start_ticks = st.value("init_process_start", uint64_t{0});
+  if (st.contains("config") && st["config"].is_object() && st["config"].contains("labels")) {
+    c->bundle = BundleFromLabels(st["config"]["labels"]);
+  }
+  uint64_t live_start = 0;
+  if (c->pid <= 0 || !ReadProcStat(c->pid, nullptr, &live_start, proc)) return false;
+  return c->start_ticks == 0 || live_start == c->start_ticks;
+}
+
+}  // namespace
+
+std::vector<std::string> DefaultRuntimeRoots() {
+  return {"/run/docker/runtime-runc/moby", "/run/containerd/runc/k8s.io", "/run/containerd/runc/default",
+          "/run/runc", "/run/crun"};
+}
+
+std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots,
+                                                const std::string& proc) {
+  std::vector<ContainerRecord> out;
+  for (const std::string& root : roots) {
+    for (const std::string& id : ListDir(root)) {
+      ContainerRecord c;
+      if (!ReadState(root, id, proc, &c)) continue;
+      ReadBundle(&c);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers) {
+  httplib::Client cli(socket);
+  cli.set_address_family(AF_UNIX);
+  cli.set_default_headers({{"Host", "docker"}});  // the socket path is not a valid Host
+  cli.set_connection_timeout(1, 0);
+  cli.set_read_timeout(2, 0);
+  httplib::Result res = cli.Get("/containers/json");
+  if (!res) return Status::NotFound("docker API on " + socket + ": " + httplib::to_string(res.error()));
+  if (res->status != 200) return Status::Internal("docker API: HTTP " + std::to_string(res->status));
+  Json list = Json::parse(res->body, nullptr, false);
+  if (!list.is_array()) return Status::Internal("docker API: /containers/json is not a list");
+  std::map<std::string, const Json*> by_id;
+  for (const Json& c : list) {
+    if (c.is_object() && c.contains("Id") && c["Id"].is_string()) by_id[c["Id"].get<std::string>()] = &c;
+  }
+  for (ContainerRecord& c : *containers) {
+    auto it = by_id.find(c.id);
+    if (it == by_id.end()) continue;
+    const Json& d = *it->second;
+    if (d.contains("Names") && d["Names"].is_array() && !d["Names"].empty() && d["Names"][0].is_string()) {
+      std::string n = d["Names"][0].get<std::string>();
+      c.name = n.starts_with("/") ? n.substr(1) : n;
+    }
+    if (d.contains("Labels") && d["Labels"].is_object()) {
+      for (auto l = d["Labels"].begin(); l != d["Labels"].end(); ++l) {
+        if (l.value().is_string()) c.labels[l.key()] = l.value().get<std::string>();
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,300 @@
+#include "shmkeeper/node_scan.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/safe_path.h"
+#include "shmkeeper/shm_dir.h"
+#include "shmkeeper/sysv.h"
+
+namespace shmkeeper {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string Get(const std::map<std::string, std::string>& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? "" : it->second;
+}
+
+// The pod a container belongs to, and its identity.
+std::string PodIdOf(const ContainerRecord& c, PodRecord* p) {
+  std::string sandbox = Get(c.annotations, "io.kubernetes.cri.sandbox-id");
+  if (!sandbox.empty()) {
+    p->key = {PodKind::kKubernetes, Get(c.annotations, "io.kubernetes.cri.sandbox-namespace"),
+              Get(c.annotations, "io.kubernetes.cri.sandbox-name"),
+              Get(c.annotations, "io.kubernetes.cri.sandbox-uid")};
+    return "cri:" + sandbox;
+  }
+  std::string project = Get(c.labels, "com.docker.compose.project");
+  std::string name = c.name.empty() ? c.id.substr(0, 12) : c.name;
+  if (!project.empty()) {
+    p->key = {PodKind::kCompose, project, name, c.id};
+    p->compose_project = project;
+    p->compose_service = Get(c.labels, "com.docker.compose.service");
+  } else {
+    p->key = {PodKind::kContainer, "", name, c.id};
+  }
+  return "ctr:" + c.id;
+}
+
+std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers) {
+  std::map<std::string, PodRecord> pods;
+  for (const ContainerRecord& c : containers) {
+    PodRecord fresh;
+    std::string id = PodIdOf(c, &fresh);
+    auto [it, inserted] = pods.try_emplace(id, std::move(fresh));
+    PodRecord& p = it->second;
+    bool sandbox = Get(c.annotations, "io.kubernetes.cri.container-type") == "sandbox";
+    if (inserted || sandbox) {
+      p.access_pid = c.pid;
+      p.annotations = c.annotations;
+      p.requested_bytes = c.requested_bytes;
+      p.requested_source = c.requested_source;
+    }
+    for (const auto& [k, v] : c.labels) p.labels[k] = v;
+    p.started_sec = p.started_sec ? std::min(p.started_sec, c.created_sec) : c.created_sec;
+    p.reclaim_auto = p.reclaim_auto || Get(c.annotations, "shmkeeper.io/reclaim") == "auto";
+    p.containers.push_back(c);
+  }
+  std::vector<PodRecord> out;
+  for (auto& [_, p] : pods) out.push_back(std::move(p));
+  return out;
+}
+
+int64_t MemcgShmem(pid_t pid, const std::string& proc) {
+  Result<std::string> cg = ReadFile(proc + "/" + std::to_string(pid) + "/cgroup", 1 << 16);
+  if (!cg.ok()) return 0;
+  std::string v1, v2;
+  size_t start = 0;
+  while (start < cg->size()) {
+    size_t end = cg->find('\n', start);
+    if (end == std::string::npos) end = cg->size();
+    std::string line = cg->substr(start, end - start);
+    start = end + 1;
+    size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctrls = "," + line.substr(a + 1, b - a - 1) + ",";
+    if (ctrls.find(",memory,") != std::string::npos) v1 = line.substr(b + 1);
+    if (line.compare(0, 3, "0::") == 0) v2 = line.substr(b + 1);
+  }
+  std::string stat_path = !v1.empty() ? "/sys/fs/cgroup/memory" + v1 : "/sys/fs/cgroup" + v2;
+  Result<std::string> stat = ReadFile(stat_path + "/memory.stat", 1 << 16);
+  if (!stat.ok()) return 0;
+  std::string text = "\n" + *stat;
+  size_t at = text.find("\nshmem ");
+  return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + 7);
+}
+
+Result<UniqueFd> OpenPodShm(const PodRecord& p, const std::string& proc) {
+  if (!p.host_dir.empty()) {
+    UniqueFd fd(::open(p.host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno(errno, "open " + p.host_dir);
+    return fd;
+  }
+  return OpenProcessDir(p.access_pid, "/dev/shm", proc);
+}
+
+std::string DisplayPath(const PodRecord& p, const std::string& rel) {
+  return (p.host_dir.empty() ? std::string("/dev/shm") : p.host_dir) + "/" + rel;
+}
+
+}  // namespace
+
+NameHint CreatorHintFromName(const std::string& path) {
+  std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  auto pid_at = [&](size_t pos) -> pid_t {
+    size_t end = pos;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end == pos || end - pos > 9 || (end < name.size() && name[end] != '_')) return 0;
+    return static_cast<pid_t>(std::atol(name.c_str() + pos));
+  };
+  if (name.starts_with("torch_")) return {"torch", pid_at(6)};
+  if (name.starts_with("sgl_shm_")) {
+    size_t us = name.find('_', 8);
+    return {"sgl_shm", us == std::string::npos ? 0 : pid_at(us + 1)};
+  }
+  if (name.starts_with("psm_")) return {"psm", 0};
+  if (name.starts_with("nccl-")) return {"nccl", 0};
+  return {"", 0};
+}
+
+NodeSnapshot Scanner::Scan() {
+  auto t0 = SteadyClock::now();
+  NodeSnapshot snap;
+  snap.time = std::chrono::system_clock::now();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  snap.hostname = host;
+
+  std::vector<ContainerRecord> containers = DiscoverContainers(opts_.runtime_roots, opts_.proc);
+  if (!opts_.docker_socket.empty()) (void)EnrichFromDocker(opts_.docker_socket, &containers);
+  snap.pods = GroupPods(containers);
+  for (const std::string& dir : opts_.host_shm_dirs) {
+    PodRecord p;
+    p.key = {PodKind::kHost, "", dir, "host:" + dir};
+    p.host_dir = dir;
+    snap.pods.push_back(std::move(p));
+  }
+
+  struct stat host_shm;
+  dev_t host_dev = ::stat("/dev/shm", &host_shm) == 0 ? host_shm.st_dev : 0;
+  if (UniqueFd fd(::open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC)); fd.valid()) {
+    if (Result<ShmDir> d = MeasureShmDir(fd.get(), 0); d.ok()) {
+      snap.host_shm_size_bytes = d->size_bytes;
+      snap.host_shm_used_bytes = d->used_bytes;
+    }
+  }
+
+  // Measure every pod's tmpfs; remember which devices to look for holders on.
+  std::vector<ShmDir> dirs(snap.pods.size());
+  std::set<dev_t> devices;
+  for (size_t i = 0; i < snap.pods.size(); ++i) {
+    PodRecord& p = snap.pods[i];
+    Result<UniqueFd> fd = OpenPodShm(p, opts_.proc);
+    if (!fd.ok()) continue;
+    Result<ShmDir> d = MeasureShmDir(fd->get());
+    if (!d.ok()) continue;
+    dirs[i] = std::move(*d);
+    p.shm_dev = dirs[i].dev;
+    p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
+    if (p.shares_host_shm) dirs[i].files.clear();  // host IPC: the host's files are not the pod's
+    devices.insert(p.shm_dev);
+  }
+  ProcTable table = ScanProcesses(devices, opts_.proc);
+  auto now = SteadyClock::now();
+  int64_t now_sec = std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count();
+
+  std::set<dev_t> counted;
+  std::set<ino_t> ipc_seen;
+  std::set<FileKey> live_keys;
+  for (size_t i = 0; i < snap.pods.size(); ++i) {
+    PodRecord& p = snap.pods[i];
+    const ShmDir& d = dirs[i];
+    p.size_bytes = d.size_bytes;
+    p.used_bytes = d.used_bytes;
+    p.files = static_cast<int32_t>(d.files.size());
+    p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
+    if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) {
+      snap.pods_shm_used_bytes += p.used_bytes;
+    }
+    const ProcInfo* access = p.access_pid ? table.Find(p.access_pid) : nullptr;
+    std::vector<SegmentRecord> segs;
+    for (const ShmFile& f : d.files) {
+      live_keys.insert(f.key);
+      History& h = history_[f.key];
+      h.last_seen = now;
+      SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, {}};
+      auto held = table.holders.find(f.key);
+      if (held != table.holders.end()) {
+        for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, "", r.mapped});
+        h.last_holder_pid = held->second.front().pid;
+        h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
+        h.unheld = false;
+        segs.push_back(std::move(seg));
+        continue;
+      }
+      if (!h.unheld) {
+        h.unheld = true;
+        h.first_unheld = now;
+      }
+      segs.push_back(std::move(seg));
+      LeakRecord l;
+      l.pod = p.key;
+      l.path = DisplayPath(p, f.path);
+      l.rel = f.path;
+      l.bytes = f.bytes;
+      l.age_sec = std::max<int64_t>(0, now_sec - f.mtime_sec);
+      l.unheld_for_sec = std::chrono::duration<double>(now - h.first_unheld).count();
+      NameHint hint = CreatorHintFromName(f.path);
+      l.name_pattern = hint.pattern;
+      l.creator_pid = hint.pid;
+      if (hint.pid) {
+        l.creator_source = "name:" + hint.pattern;
+        l.creator_dead = access && table.HostPid(access->pid_ns, hint.pid) == 0;
+      }
+      l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
+      l.last_holder_pid = h.last_holder_pid;
+      l.last_holder_command = h.last_holder_command;
+      l.reclaimable = l.state == LeakState::kLeaked &&
+                      now - h.first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(opts_.grace);
+      l.key = f.key;
+      l.access_pid = p.access_pid;
+      l.host_dir = p.host_dir;
+      l.reclaim_auto = p.reclaim_auto;
+      p.leaked_bytes += l.bytes;
+      snap.leaked_bytes += l.bytes;
+      snap.leaks.push_back(std::move(l));
+    }
+    std::sort(segs.begin(), segs.end(), [](const SegmentRecord& a, const SegmentRecord& b) { return a.bytes > b.bytes; });
+    if (segs.size() > opts_.top_segments) segs.resize(opts_.top_segments);
+    for (SegmentRecord& s : segs) {
+      for (HolderInfo& h : s.holders) h.command = ProcCommand(h.pid, opts_.proc);
+    }
+    p.top_segments = std::move(segs);
+    if (!access) continue;
+    p.memcg_shmem_bytes = MemcgShmem(p.access_pid, opts_.proc);
+    const ProcInfo* self = table.Find(::getpid());
+    if (self && access->ipc_ns == self->ipc_ns) continue;  // the host's IPC namespace is not the pod's
+    Result<std::vector<SysvSegment>> sysv = ListSysvShm(p.access_pid, opts_.proc);
+    if (!sysv.ok()) continue;
+    bool first = ipc_seen.insert(access->ipc_ns).second;
+    for (const SysvSegment& s : *sysv) {
+      p.sysv_bytes += s.bytes;
+      p.sysv_segments++;
+      if (!first || s.nattch != 0) continue;
+      auto key = std::make_pair(access->ipc_ns, s.shmid);
+      auto [it, inserted] = sysv_unheld_.try_emplace(key, now);
+      LeakRecord l;
+      l.pod = p.key;
+      l.sysv_id = s.shmid;
+      l.bytes = s.bytes;
+      l.age_sec = std::max<int64_t>(0, now_sec - s.ctime);
+      l.unheld_for_sec = std::chrono::duration<double>(now - it->second).count();
+      const ProcInfo* creator = table.Find(s.cpid);
+      l.creator_pid = s.cpid;
+      l.creator_source = "sysv:cpid";
+      l.creator_dead = !creator || creator->ipc_ns != access->ipc_ns;
+      l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
+      l.last_holder_pid = s.lpid;
+      l.reclaimable = l.state == LeakState::kLeaked &&
+                      now - it->second >= std::chrono::duration_cast<SteadyClock::duration>(opts_.grace);
+      l.access_pid = p.access_pid;
+      l.sysv_cpid = s.cpid;
+      l.reclaim_auto = p.reclaim_auto;
+      p.leaked_bytes += l.bytes;
+      snap.leaked_bytes += l.bytes;
+      snap.leaks.push_back(std::move(l));
+    }
+  }
+  std::erase_if(history_, [&](const auto& kv) { return !live_keys.count(kv.first); });
+  snap.scans = ++scans_;
+  snap.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
+  return snap;
+}
+
+const char* PodKindName(PodKind kind) {
+  switch (kind) {
+    case PodKind::kKubernetes:
+      return "kubernetes";
+    case PodKind::kCompose:
+      return "compose";
+    case PodKind::kContainer:
+      return "container";
+    case PodKind::kHost:
+      return "host";
+  }
+  return "?";
+}
+
+const char* LeakStateName(LeakState state) {
+  return state == LeakState::kLeaked ? "leaked" : "orphaned";
+}
+
+}  // namespace shmkeeper

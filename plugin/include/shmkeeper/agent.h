@@ -1,0 +1,124 @@
+// The node agent's engine, independent of gRPC and HTTP: a scan loop that
+// publishes immutable NodeSnapshots, pod queries, reclaim, and events.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmkeeper/config.h"
+#include "shmkeeper/node_scan.h"
+#include "shmkeeper/reclaim.h"
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+enum class EventKind { kPodStarted = 1, kPodStopped, kResizeApplied, kUsageHigh, kLeakFound, kLeakReclaimed };
+
+struct AgentEvent {
+  std::chrono::system_clock::time_point time;
+  EventKind kind = EventKind::kPodStarted;
+  PodKey pod;
+  std::string message;
+  int64_t bytes = 0;
+  int32_t threshold_percent = 0;
+  std::string path;
+};
+
+// A bounded queue per subscriber; a slow subscriber loses its oldest events.
+class EventHub {
+ public:
+  class Subscription {
+   public:
+    // Waits up to `timeout` for events; returns what is queued (maybe none).
+    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout);
+    ~Subscription();
+
+   private:
+    friend class EventHub;
+    EventHub* hub_ = nullptr;
+    std::deque<AgentEvent> queue_;
+  };
+  std::unique_ptr<Subscription> Subscribe();
+  void Publish(const std::vector<AgentEvent>& events);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Subscription*> subs_;
+};
+
+// "k=v,k2!=v2,k3,!k4" over labels and annotations together.
+struct SelectorTerm {
+  std::string key, value;
+  enum Op { kEquals, kNotEquals, kExists, kNotExists } op = kExists;
+};
+Result<std::vector<SelectorTerm>> ParseSelector(const std::string& text);
+bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& terms);
+
+struct PodFilter {
+  std::string ns;
+  std::string selector;
+  bool only_with_leaks = false;
+};
+
+class Agent {
+ public:
+  Agent(const Config& config, ScanOptions scan);
+  ~Agent();
+
+  // Starts the scan loop (the first scan runs before Start returns).
+  void Start();
+  void Stop();
+  // Runs one scan now and publishes it (tests and the CLI's --once).
+  void ScanNow();
+
+  std::shared_ptr<const NodeSnapshot> Snapshot() const;
+  bool Ready() const { return Snapshot() != nullptr; }
+
+  Result<std::vector<PodRecord>> ListPods(const PodFilter& filter) const;
+  // `uid`, "namespace/name" (or a plain container's name), or a container id
+  // (full or a unique prefix of at least 4 characters).
+  Result<PodRecord> FindPod(const std::string& uid, const std::string& name, const std::string& container_id) const;
+  std::vector<LeakRecord> ListLeaks(const std::string& ns, const std::string& pod) const;
+  Result<ReclaimOutcome> Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
+                                 const std::vector<std::string>& paths);
+
+  EventHub& events() { return events_; }
+  const Config& config() const { return config_; }
+  int64_t reclaimed_total() const { return reclaimed_total_; }
+  int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
+
+ private:
+  void Loop();
+  void Publish(std::shared_ptr<const NodeSnapshot> next);
+  void AutoReclaim(const NodeSnapshot& snap);
+  void RecordReclaim(const ReclaimOutcome& out);
+
+  Config config_;
+  std::mutex scan_mu_;  // one scan at a time
+  Scanner scanner_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const NodeSnapshot> snapshot_;
+  EventHub events_;
+  std::atomic<bool> stop_{false};
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  std::thread loop_;
+  std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};
+};
+
+// Prometheus text exposition of a snapshot.
+std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent);
+
+const char* EventKindName(EventKind kind);
+
+}  // namespace shmkeeper

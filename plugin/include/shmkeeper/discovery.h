@@ -1,0 +1,45 @@
+// Finding the containers a node really runs: the OCI runtimes' state
+// directories (runc and crun keep <root>/<id>/state.json for every container
+// of Docker, containerd and CRI-O), the bundle's config.json for annotations
+// and the size request, and the Docker Engine API for names and compose
+// labels. Everything read here is untrusted input.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+struct ContainerRecord {
+  std::string id;
+  std::string runtime_root;                // state directory it was found in
+  std::string bundle;
+  pid_t pid = 0;                           // host pid of the init process
+  uint64_t start_ticks = 0;                // its start time, to detect pid reuse
+  int64_t created_sec = 0;
+  std::string name;                        // Docker name or CRI container name
+  std::map<std::string, std::string> annotations;  // from the OCI spec
+  std::map<std::string, std::string> labels;       // from the Docker API
+  int64_t requested_bytes = 0;             // what the spec asks for (0 = unknown)
+  std::string requested_source;
+};
+
+// The default state roots of runc/crun under Docker, containerd and CRI-O.
+std::vector<std::string> DefaultRuntimeRoots();
+
+// Live containers under `roots` (a root that does not exist is skipped).
+// A container whose init process is gone or was replaced is skipped.
+std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots,
+                                                const std::string& proc = "/proc");
+
+// Adds Docker names and labels (compose project/service) from the Engine API
+// on `socket`. kNotFound when no engine listens there.
+Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers);
+
+}  // namespace shmkeeper

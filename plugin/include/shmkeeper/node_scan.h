@@ -1,0 +1,143 @@
+// One scan of the node's shared memory: pods (from discovered containers and
+// watched host directories), their /dev/shm usage, holders, SysV segments,
+// memory-cgroup shmem, and the segments nobody holds.
+//
+// Thread-safety: a Scanner is used by one thread (the agent's scan loop); the
+// NodeSnapshot it returns is an immutable value shared with readers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shmkeeper/discovery.h"
+#include "shmkeeper/proc_table.h"
+
+namespace shmkeeper {
+
+enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4 };
+enum class LeakState { kOrphaned = 1, kLeaked = 2 };
+
+struct PodKey {
+  PodKind kind = PodKind::kContainer;
+  std::string ns, name, uid;
+};
+
+struct HolderInfo {
+  pid_t pid = 0;
+  std::string command;
+  bool mapped = false;
+};
+
+struct SegmentRecord {
+  std::string path;  // as the pod sees it: /dev/shm/<name>
+  int64_t bytes = 0;
+  bool unlinked = false;
+  std::vector<HolderInfo> holders;
+};
+
+struct PodRecord {
+  PodKey key;
+  std::vector<ContainerRecord> containers;
+  std::string compose_project, compose_service;
+  std::map<std::string, std::string> labels, annotations;
+  int64_t started_sec = 0;
+  // shm usage
+  int64_t size_bytes = 0, used_bytes = 0, unlinked_bytes = 0;
+  int32_t files = 0;
+  int64_t sysv_bytes = 0;
+  int32_t sysv_segments = 0;
+  int64_t memcg_shmem_bytes = 0;
+  int64_t requested_bytes = 0;
+  std::string requested_source;
+  std::vector<SegmentRecord> top_segments;
+  int64_t leaked_bytes = 0;
+  // how to reach it
+  pid_t access_pid = 0;       // a live process of the pod (0 for host directories)
+  std::string host_dir;       // kHost: the watched directory
+  dev_t shm_dev = 0;
+  bool shares_host_shm = false;
+  bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
+};
+
+struct LeakRecord {
+  PodKey pod;
+  std::string path;         // /dev/shm/<rel>, or the host directory path; empty for SysV
+  std::string rel;          // relative to the pod's shm root
+  int32_t sysv_id = -1;
+  int64_t bytes = 0;
+  int64_t age_sec = 0;
+  double unheld_for_sec = 0;
+  LeakState state = LeakState::kOrphaned;
+  pid_t creator_pid = 0;    // in the pod's pid namespace
+  std::string creator_source, name_pattern;
+  bool creator_dead = false;
+  pid_t last_holder_pid = 0;
+  std::string last_holder_command;
+  bool reclaimable = false;
+  // removal handles
+  FileKey key;
+  pid_t access_pid = 0;
+  std::string host_dir;
+  pid_t sysv_cpid = 0;
+  bool reclaim_auto = false;
+};
+
+struct NodeSnapshot {
+  std::string hostname;
+  int64_t host_shm_size_bytes = 0, host_shm_used_bytes = 0;
+  int64_t pods_shm_used_bytes = 0, leaked_bytes = 0;
+  std::vector<PodRecord> pods;
+  std::vector<LeakRecord> leaks;
+  std::chrono::system_clock::time_point time;
+  std::chrono::nanoseconds duration{0};
+  int64_t scans = 0;
+};
+
+struct ScanOptions {
+  std::vector<std::string> runtime_roots = DefaultRuntimeRoots();
+  std::string docker_socket = "/var/run/docker.sock";  // "" = no Docker enrichment
+  std::vector<std::string> host_shm_dirs;              // watched as kHost pods
+  std::chrono::seconds grace{60};
+  std::string proc = "/proc";
+  size_t top_segments = 10;
+};
+
+// Creator hint from a segment name: torch_<pid>_…, sgl_shm_<kind>_<pid>_…
+// give a pid; psm_…, nccl-… give only the pattern.
+struct NameHint {
+  std::string pattern;
+  pid_t pid = 0;
+};
+NameHint CreatorHintFromName(const std::string& name);
+
+class Scanner {
+ public:
+  explicit Scanner(ScanOptions options) : opts_(std::move(options)) {}
+  // A full scan. Keeps, between calls, when each unheld segment was first
+  // seen unheld and who last held each segment.
+  NodeSnapshot Scan();
+
+ private:
+  struct History {
+    pid_t last_holder_pid = 0;
+    std::string last_holder_command;
+    std::chrono::steady_clock::time_point first_unheld{};
+    bool unheld = false;
+    std::chrono::steady_clock::time_point last_seen{};
+  };
+  ScanOptions opts_;
+  std::map<FileKey, History> history_;
+  std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
+  int64_t scans_ = 0;
+};
+
+const char* PodKindName(PodKind kind);
+const char* LeakStateName(LeakState state);
+
+}  // namespace shmkeeper

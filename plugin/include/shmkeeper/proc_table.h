@@ -1,0 +1,66 @@
+// One pass over /proc: every process, its namespaces, and which of them hold
+// files on the given devices (open fds and mappings, by device:inode).
+//
+// Pids are namespace-local and reused: a process is identified by host pid
+// plus start time, and namespace-local pids are resolved through NSpid.
+#pragma once
+
+#include <sys/types.h>
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace shmkeeper {
+
+struct FileKey {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  auto operator<=>(const FileKey&) const = default;
+};
+
+struct ProcInfo {
+  pid_t pid = 0;               // host pid
+  std::string comm;
+  uint64_t start_ticks = 0;    // /proc/<pid>/stat field 22
+  ino_t pid_ns = 0;
+  ino_t ipc_ns = 0;
+  pid_t ns_pid = 0;            // pid in its own (innermost) pid namespace
+};
+
+struct HolderRef {
+  pid_t pid = 0;
+  bool mapped = false;         // a mapping (else an open fd)
+  int64_t bytes = 0;           // st_blocks * 512 of the held file (fd holders)
+  bool deleted = false;        // the fd's file has been unlinked
+};
+
+struct ProcTable {
+  std::vector<ProcInfo> procs;                    // sorted by pid
+  std::map<FileKey, std::vector<HolderRef>> holders;  // files on the scanned devices only
+
+  const ProcInfo* Find(pid_t pid) const;
+  // The host pid of `ns_pid` in pid namespace `pid_ns`, or 0 when no live
+  // process has it.
+  pid_t HostPid(ino_t pid_ns, pid_t ns_pid) const;
+  bool Held(const FileKey& key) const { return holders.count(key) > 0; }
+};
+
+// Scans `proc` (normally "/proc"). Only files on `devices` are recorded as
+// held. Processes that vanish mid-scan are skipped.
+ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc = "/proc");
+
+// The holders of `keys` only, scanned afresh (reclaim's final re-check).
+std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys,
+                                                      const std::string& proc = "/proc");
+
+// /proc/<pid>/cmdline joined with spaces (comm when empty).
+std::string ProcCommand(pid_t pid, const std::string& proc = "/proc");
+
+// Reads /proc/<pid>/stat: comm and start time. False when the process is gone.
+bool ReadProcStat(pid_t pid, std::string* comm, uint64_t* start_ticks, const std::string& proc = "/proc");
+
+}  // namespace shmkeeper
