@@ -174,6 +174,7 @@ NodeSnapshot Scanner::Scan() {
   std::set<dev_t> counted;
   std::set<ino_t> ipc_seen;
   std::set<FileKey> live_keys;
+  std::set<std::pair<ino_t, int32_t>> live_sysv;
   for (size_t i = 0; i < snap.pods.size(); ++i) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
@@ -184,7 +185,8 @@ NodeSnapshot Scanner::Scan() {
     if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) {
       snap.pods_shm_used_bytes += p.used_bytes;
     }
-    const ProcInfo* access = p.access_pid ? table.Find(p.access_pid) : nullptr;
+    // A watched host directory lives in the agent's own namespaces.
+    const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
     std::vector<SegmentRecord> segs;
     for (const ShmFile& f : d.files) {
       live_keys.insert(f.key);
@@ -238,7 +240,7 @@ NodeSnapshot Scanner::Scan() {
       for (HolderInfo& h : s.holders) h.command = ProcCommand(h.pid, opts_.proc);
     }
     p.top_segments = std::move(segs);
-    if (!access) continue;
+    if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = MemcgShmem(p.access_pid, opts_.proc);
     const ProcInfo* self = table.Find(::getpid());
     if (self && access->ipc_ns == self->ipc_ns) continue;  // the host's IPC namespace is not the pod's
@@ -250,6 +252,7 @@ NodeSnapshot Scanner::Scan() {
       p.sysv_segments++;
       if (!first || s.nattch != 0) continue;
       auto key = std::make_pair(access->ipc_ns, s.shmid);
+      live_sysv.insert(key);
       auto [it, inserted] = sysv_unheld_.try_emplace(key, now);
       LeakRecord l;
       l.pod = p.key;
@@ -274,6 +277,7 @@ NodeSnapshot Scanner::Scan() {
     }
   }
   std::erase_if(history_, [&](const auto& kv) { return !live_keys.count(kv.first); });
+  std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv.count(kv.first); });
   snap.scans = ++scans_;
   snap.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
   return snap;

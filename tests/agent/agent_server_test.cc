@@ -1,0 +1,274 @@
+// The agent's gRPC and HTTP layers, served for real in-process on a unix
+// socket and an ephemeral port, over a watched directory of this test's own.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <fstream>
+#include <future>
+
+#include "server.h"
+#include "shmkeeper/v1/agent.grpc.pb.h"
+
+namespace shmkeeper::agent {
+namespace {
+
+class AgentServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shmk-agent-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    shm_ = dir_ + "/shm";
+    ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
+    config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
+    config_.leaks.grace = std::chrono::seconds(0);
+    ScanOptions scan;
+    scan.runtime_roots = {dir_ + "/no-runtime"};
+    scan.docker_socket = "";
+    scan.host_shm_dirs = {shm_};
+    scan.grace = config_.leaks.grace;
+    agent_ = std::make_unique<Agent>(config_, scan);
+    agent_->Start();
+    ServerOptions opts;
+    opts.unix_socket = dir_ + "/agent.sock";
+    opts.metrics_address = "127.0.0.1:0";
+    server_ = std::make_unique<AgentServer>(agent_.get(), opts);
+    ASSERT_TRUE(server_->Start().ok());
+    channel_ = grpc::CreateChannel("unix://" + opts.unix_socket, grpc::InsecureChannelCredentials());
+    stub_ = v1::ShmKeeper::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    for (pid_t pid : children_) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    server_.reset();
+    agent_.reset();
+    (void)std::system(("rm -rf " + dir_).c_str());
+  }
+
+  void Write(const std::string& name, size_t bytes) {
+    std::ofstream f(shm_ + "/" + name);
+    f << std::string(bytes, 'x');
+  }
+
+  // A child that holds `name` open until killed.
+  pid_t Hold(const std::string& name) {
+    int r[2];
+    EXPECT_EQ(::pipe(r), 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open((shm_ + "/" + name).c_str(), O_RDONLY);
+      (void)!::write(r[1], "x", 1);
+      (void)fd;
+      for (;;) ::pause();
+    }
+    char c;
+    (void)!::read(r[0], &c, 1);
+    ::close(r[0]);
+    ::close(r[1]);
+    children_.push_back(pid);
+    return pid;
+  }
+
+  // The pid of a process that has exited (reaped).
+  pid_t DeadPid() {
+    pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    ::waitpid(pid, nullptr, 0);
+    return pid;
+  }
+
+  grpc::Status ListPods(const v1::ListPodsRequest& req, v1::ListPodsResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->ListPods(&ctx, req, resp);
+  }
+
+  std::string dir_, shm_;
+  Config config_;
+  std::unique_ptr<Agent> agent_;
+  std::unique_ptr<AgentServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ShmKeeper::Stub> stub_;
+  std::vector<pid_t> children_;
+};
+
+TEST_F(AgentServerTest, SocketIsOwnerAndGroupOnly) {
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ + "/agent.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST_F(AgentServerTest, NodeAndPods) {
+  Write("a", 1 << 20);
+  agent_->ScanNow();
+  grpc::ClientContext ctx;
+  v1::GetNodeResponse node;
+  ASSERT_TRUE(stub_->GetNode(&ctx, {}, &node).ok());
+  EXPECT_EQ(node.node().pod_count(), 1);
+  EXPECT_GE(node.node().scans(), 2);
+  v1::ListPodsResponse pods;
+  ASSERT_TRUE(ListPods({}, &pods).ok());
+  ASSERT_EQ(pods.pods_size(), 1);
+  EXPECT_EQ(pods.pods(0).kind(), v1::POD_KIND_HOST);
+  EXPECT_EQ(pods.pods(0).shm().files(), 1);
+  grpc::ClientContext ctx2;
+  v1::GetPodRequest req;
+  req.set_name(shm_);
+  v1::GetPodResponse pod;
+  ASSERT_TRUE(stub_->GetPod(&ctx2, req, &pod).ok());
+  EXPECT_EQ(pod.pod().top_segments(0).path(), shm_ + "/a");
+}
+
+TEST_F(AgentServerTest, BadRequestsGetCodesAndMessages) {
+  struct Case {
+    v1::ListPodsRequest req;
+    const char* expect;
+  };
+  std::vector<Case> cases(3);
+  cases[0].req.set_selector("a b=c");
+  cases[0].expect = "malformed selector";
+  cases[1].req.set_page_size(100000);
+  cases[1].expect = "page_size 100000";
+  cases[2].req.set_page_token("zz");
+  cases[2].expect = "malformed page_token";
+  for (const Case& c : cases) {
+    v1::ListPodsResponse resp;
+    grpc::Status s = ListPods(c.req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find(c.expect), std::string::npos) << s.error_message();
+  }
+  v1::GetPodResponse pod;
+  {
+    grpc::ClientContext ctx;
+    v1::GetPodRequest req;
+    req.set_uid("no-such-pod");
+    grpc::Status s = stub_->GetPod(&ctx, req, &pod);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(s.error_message().find("no-such-pod"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->GetPod(&ctx, {}, &pod).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetPodRequest req;
+    req.set_container_id("ab");
+    EXPECT_EQ(stub_->GetPod(&ctx, req, &pod).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ReclaimLeaksRequest req;
+    req.add_paths("relative");
+    v1::ReclaimLeaksResponse resp;
+    EXPECT_EQ(stub_->ReclaimLeaks(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Still serving.
+  v1::ListPodsResponse ok;
+  EXPECT_TRUE(ListPods({}, &ok).ok());
+}
+
+TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
+  pid_t dead = DeadPid();
+  pid_t alive = ::getpid();
+  Write("torch_" + std::to_string(dead) + "_0", 1 << 20);   // leaked
+  Write("torch_" + std::to_string(alive) + "_1", 1 << 20);  // orphaned: creator alive
+  Write("plain", 1 << 20);                                   // orphaned: creator unknown
+  Write("torch_" + std::to_string(dead) + "_held", 1 << 20);
+  Hold("torch_" + std::to_string(dead) + "_held");          // held: never a leak
+  agent_->ScanNow();
+  grpc::ClientContext ctx;
+  v1::ListLeaksResponse leaks;
+  ASSERT_TRUE(stub_->ListLeaks(&ctx, {}, &leaks).ok());
+  std::map<std::string, v1::Leak> by_path;
+  for (const v1::Leak& l : leaks.leaks()) by_path[l.path().substr(shm_.size() + 1)] = l;
+  ASSERT_EQ(by_path.size(), 3u);
+  const v1::Leak& leaked = by_path["torch_" + std::to_string(dead) + "_0"];
+  EXPECT_EQ(leaked.state(), v1::LEAK_STATE_LEAKED);
+  EXPECT_EQ(leaked.evidence().creator_pid(), dead);
+  EXPECT_TRUE(leaked.evidence().creator_dead());
+  EXPECT_TRUE(leaked.reclaimable());
+  EXPECT_EQ(by_path["torch_" + std::to_string(alive) + "_1"].state(), v1::LEAK_STATE_ORPHANED);
+  EXPECT_EQ(by_path["plain"].state(), v1::LEAK_STATE_ORPHANED);
+
+  // Dry run by default: nothing removed.
+  v1::ReclaimLeaksResponse dry;
+  {
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub_->ReclaimLeaks(&c, {}, &dry).ok());
+  }
+  EXPECT_TRUE(dry.dry_run());
+  EXPECT_EQ(dry.reclaimed_size(), 1);
+  EXPECT_EQ(::access((shm_ + "/torch_" + std::to_string(dead) + "_0").c_str(), F_OK), 0);
+  // For real: only the leaked one goes; orphaned and held ones stay.
+  v1::ReclaimLeaksRequest req;
+  req.set_dry_run(false);
+  v1::ReclaimLeaksResponse real;
+  {
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub_->ReclaimLeaks(&c, req, &real).ok());
+  }
+  EXPECT_EQ(real.reclaimed_size(), 1);
+  EXPECT_EQ(real.freed_bytes(), 1 << 20);
+  EXPECT_NE(::access((shm_ + "/torch_" + std::to_string(dead) + "_0").c_str(), F_OK), 0);
+  for (const char* stays : {"plain", "_held"}) {
+    std::string name = std::string(stays) == "plain" ? "plain" : "torch_" + std::to_string(dead) + "_held";
+    EXPECT_EQ(::access((shm_ + "/" + name).c_str(), F_OK), 0) << name;
+  }
+}
+
+TEST_F(AgentServerTest, WatchStreamsEvents) {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::Event>> reader = stub_->Watch(&ctx, {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // subscribed
+  Write("torch_" + std::to_string(DeadPid()) + "_0", 4096);
+  agent_->ScanNow();
+  v1::Event e;
+  ASSERT_TRUE(reader->Read(&e));
+  EXPECT_EQ(e.type(), v1::EVENT_TYPE_LEAK_FOUND);
+  EXPECT_NE(e.message().find("leaked segment"), std::string::npos);
+  ctx.TryCancel();
+}
+
+TEST_F(AgentServerTest, HealthAndMetrics) {
+  // grpc.health.v1.Health/Check with an empty request: SERVING is field 1 = 1.
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  grpc::Slice empty("", 0);
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) { done.set_value(s); });
+  ASSERT_TRUE(done.get_future().get().ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+
+  httplib::Client http("127.0.0.1", server_->metrics_port());
+  Write("x", 8192);
+  agent_->ScanNow();
+  auto ready = http.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("shmkeeper_pod_shm_files{namespace=\"\",pod=\"" + shm_), std::string::npos);
+  EXPECT_NE(metrics->body.find("shmkeeper_scan_duration_seconds "), std::string::npos);
+  EXPECT_NE(metrics->body.find("# TYPE shmkeeper_pod_shm_used_bytes gauge"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shmkeeper::agent
