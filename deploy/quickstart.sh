@@ -26,7 +26,8 @@ cmake -S "$repo" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DSHMKEEPER_BUILD_TE
 cmake --build "$BUILD_DIR" -j"$(nproc)" >/dev/null
 
 step "Install into $PREFIX"
-cmake --install "$BUILD_DIR" | grep -v 'Up-to-date' || true
+installed=$(cmake --install "$BUILD_DIR" | grep -v 'Up-to-date' || true)
+[ -n "$installed" ] && echo "$installed"
 install -d -m 0755 /etc/shmkeeper /var/log/shmkeeper
 if [ ! -e /etc/shmkeeper/config.yaml ]; then
   install -m 0644 "$repo/deploy/config/config.yaml" /etc/shmkeeper/config.yaml
@@ -54,6 +55,30 @@ for _ in $(seq 1 50); do
   [ "$(docker info --format '{{.DefaultRuntime}}')" = "$want" ] && break; sleep 0.2
 done
 
+step "Node agent (shmkeeperd)"
+agent_pid=$(cat /run/shmkeeper/shmkeeperd.pid 2>/dev/null || true)
+agent_running() { [ -n "$agent_pid" ] && [ "$(cat /proc/"$agent_pid"/comm 2>/dev/null)" = shmkeeperd ]; }
+if [ -d /run/systemd/system ]; then
+  install -m 0644 "$repo/deploy/systemd/shmkeeperd.service" /etc/systemd/system/shmkeeperd.service
+  systemctl daemon-reload
+  systemctl enable --now shmkeeperd
+  if echo "$installed" | grep -q shmkeeperd; then systemctl restart shmkeeperd; fi
+else
+  if agent_running && echo "$installed" | grep -q shmkeeperd; then
+    kill "$agent_pid"; for _ in $(seq 1 50); do agent_running || break; sleep 0.1; done
+  fi
+  if ! agent_running; then
+    echo "starting shmkeeperd (no systemd here; log in /var/log/shmkeeper/agent.log)"
+    install -d -m 0750 /run/shmkeeper
+    setsid "$PREFIX/bin/shmkeeperd" --config /etc/shmkeeper/config.yaml >>/var/log/shmkeeper/agent.log 2>&1 < /dev/null &
+    echo $! > /run/shmkeeper/shmkeeperd.pid
+  else
+    echo "shmkeeperd is running (pid $agent_pid)"
+  fi
+fi
+for _ in $(seq 1 100); do "$PREFIX/bin/shmkeeper" status >/dev/null 2>&1 && break; sleep 0.1; done
+"$PREFIX/bin/shmkeeper" status
+
 step "Proof"
 if ! docker image inspect "$proof_image" >/dev/null 2>&1; then
   rootfs=$(mktemp -d); trap 'rm -rf "$rootfs"' EXIT
@@ -68,3 +93,4 @@ printf '  /dev/shm of a default container under shmkeeper:   %s\n' "$(shm --runt
 echo
 echo "Done. Every 'docker run' now gets /dev/shm from shmkeeper's policy (/etc/shmkeeper/config.yaml)."
 echo "Ask for a size with -e SHMKEEPER_SHM_SIZE=8g; undo with: shmkeeper uninstall docker"
+echo "See who uses shared memory: shmkeeper pods; leaks: shmkeeper leaks"

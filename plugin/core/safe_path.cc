@@ -13,9 +13,9 @@ Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, int flags, boo
   struct open_how how = {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | (allow_xdev ? 0 : RESOLVE_NO_XDEV);
-  std::string rel = path;
-  while (!rel.empty() && rel[0] == '/') rel.erase(0, 1);
-  if (rel.empty()) rel = ".";
+  std::string_view trimmed = path;
+  while (!trimmed.empty() && trimmed.front() == '/') trimmed.remove_prefix(1);
+  const std::string rel(trimmed.empty() ? std::string_view(".") : trimmed);
   long fd;
   do {
     fd = ::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how);

@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SHMKEEPER_BUILD_DIR", REPO / "build")).resolve()
 RUNTIME = BUILD / "plugin" / "shmkeeper-runtime"
 CLI = BUILD / "plugin" / "shmkeeper"
+AGENTD = BUILD / "plugin" / "shmkeeperd"
+SHMTOOL = BUILD / "tests" / "shmtool"
 BUSYBOX_APPLETS = ["sh", "df", "cat", "grep", "sleep", "stat", "ls", "mount", "dd", "head",
                    "echo", "true", "env", "id", "wc", "awk", "sed"]
 
@@ -155,3 +157,56 @@ class PrivateDocker:
         for mp in sorted(shm_mounts_under(str(self.base)), reverse=True):
             subprocess.run(["umount", "-l", mp], check=False)
         self.proc = None
+
+
+class AgentProcess:
+    """shmkeeperd started on a private socket with the given config text."""
+
+    def __init__(self, base: Path, config_text: str):
+        self.base = base
+        self.sock = base / "agent.sock"
+        self.config = base / "agent.yaml"
+        self.config.write_text(config_text + f"\nagent:\n  socket: {self.sock}\n" if "agent:" not in config_text
+                               else config_text)
+        self.proc = None
+        self.log = base / "agent.log"
+
+    def start(self):
+        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config)], stdout=open(self.log, "a"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("shmkeeperd exited:\n" + self.log.read_text()[-3000:])
+            if self.sock.exists() and self.cli("status", check=False).returncode == 0:
+                return self
+            time.sleep(0.1)
+        raise AssertionError("shmkeeperd did not come up:\n" + self.log.read_text()[-3000:])
+
+    def cli(self, *args, check=True):
+        return run([CLI, *args, "--agent", self.sock], check=check, timeout=60)
+
+    def json(self, *args):
+        return json.loads(self.cli(*args, "-o", "json").stdout)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def wait_for(fn, timeout=10, interval=0.2, what="condition"):
+    """Polls fn() until it returns a truthy value; returns it."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")

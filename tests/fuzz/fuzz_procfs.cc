@@ -1,0 +1,13 @@
+// libFuzzer target: the /proc text parsers the agent feeds with kernel output
+// (SysV table) and the policy's duration values.
+#include <string>
+
+#include "shmkeeper/config.h"
+#include "shmkeeper/sysv.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  (void)shmkeeper::ParseSysvShm(text);
+  (void)shmkeeper::ParseDuration(text);
+  return 0;
+}
