@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <thread>
 
 #include "shmkeeper/fileutil.h"
 #include "shmkeeper/safe_path.h"
@@ -105,6 +106,26 @@ std::string DisplayPath(const PodRecord& p, const std::string& rel) {
   return (p.host_dir.empty() ? std::string("/dev/shm") : p.host_dir) + "/" + rel;
 }
 
+// The `n` largest files, with their holders and the holders' commands.
+std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files,
+                                       const ProcTable& table, size_t n, const std::string& proc) {
+  std::vector<size_t> idx(files.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  n = std::min(n, idx.size());
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(n), idx.end(),
+                    [&](size_t a, size_t b) { return files[a].bytes > files[b].bytes; });
+  std::vector<SegmentRecord> out;
+  for (size_t k = 0; k < n; ++k) {
+    const ShmFile& f = files[idx[k]];
+    SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, {}};
+    if (auto held = table.holders.find(f.key); held != table.holders.end()) {
+      for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped});
+    }
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
 }  // namespace
 
 NameHint CreatorHintFromName(const std::string& path) {
@@ -152,22 +173,32 @@ NodeSnapshot Scanner::Scan() {
     }
   }
 
-  // Measure every pod's tmpfs; remember which devices to look for holders on.
-  std::vector<ShmDir> dirs(snap.pods.size());
+  // Open every pod's tmpfs: its device is what holders are looked for on.
+  std::vector<UniqueFd> fds(snap.pods.size());
   std::set<dev_t> devices;
   for (size_t i = 0; i < snap.pods.size(); ++i) {
     PodRecord& p = snap.pods[i];
     Result<UniqueFd> fd = OpenPodShm(p, opts_.proc);
-    if (!fd.ok()) continue;
-    Result<ShmDir> d = MeasureShmDir(fd->get());
-    if (!d.ok()) continue;
-    dirs[i] = std::move(*d);
-    p.shm_dev = dirs[i].dev;
+    struct stat st;
+    if (!fd.ok() || ::fstat(fd->get(), &st) != 0) continue;
+    fds[i] = std::move(*fd);
+    p.shm_dev = st.st_dev;
     p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
-    if (p.shares_host_shm) dirs[i].files.clear();  // host IPC: the host's files are not the pod's
     devices.insert(p.shm_dev);
   }
+  // Walk the tmpfs directories while /proc is scanned: independent work.
+  std::vector<ShmDir> dirs(snap.pods.size());
+  std::thread walker([&] {
+    for (size_t i = 0; i < snap.pods.size(); ++i) {
+      if (!fds[i].valid()) continue;
+      Result<ShmDir> d = MeasureShmDir(fds[i].get(), snap.pods[i].shares_host_shm ? 0 : 8);
+      if (!d.ok()) continue;
+      dirs[i] = std::move(*d);
+      if (snap.pods[i].shares_host_shm) dirs[i].files.clear();  // host IPC: the host's files are not the pod's
+    }
+  });
   ProcTable table = ScanProcesses(devices, opts_.proc);
+  walker.join();
   auto now = SteadyClock::now();
   int64_t now_sec = std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count();
 
@@ -187,26 +218,23 @@ NodeSnapshot Scanner::Scan() {
     }
     // A watched host directory lives in the agent's own namespaces.
     const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
-    std::vector<SegmentRecord> segs;
     for (const ShmFile& f : d.files) {
       live_keys.insert(f.key);
       History& h = history_[f.key];
       h.last_seen = now;
-      SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, {}};
       auto held = table.holders.find(f.key);
       if (held != table.holders.end()) {
-        for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, "", r.mapped});
-        h.last_holder_pid = held->second.front().pid;
-        h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
+        if (h.last_holder_pid != held->second.front().pid) {  // read the command only on change
+          h.last_holder_pid = held->second.front().pid;
+          h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
+        }
         h.unheld = false;
-        segs.push_back(std::move(seg));
         continue;
       }
       if (!h.unheld) {
         h.unheld = true;
         h.first_unheld = now;
       }
-      segs.push_back(std::move(seg));
       LeakRecord l;
       l.pod = p.key;
       l.path = DisplayPath(p, f.path);
@@ -234,24 +262,19 @@ NodeSnapshot Scanner::Scan() {
       snap.leaked_bytes += l.bytes;
       snap.leaks.push_back(std::move(l));
     }
-    std::sort(segs.begin(), segs.end(), [](const SegmentRecord& a, const SegmentRecord& b) { return a.bytes > b.bytes; });
-    if (segs.size() > opts_.top_segments) segs.resize(opts_.top_segments);
-    for (SegmentRecord& s : segs) {
-      for (HolderInfo& h : s.holders) h.command = ProcCommand(h.pid, opts_.proc);
-    }
-    p.top_segments = std::move(segs);
+    p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = MemcgShmem(p.access_pid, opts_.proc);
-    const ProcInfo* self = table.Find(::getpid());
-    if (self && access->ipc_ns == self->ipc_ns) continue;  // the host's IPC namespace is not the pod's
+    ino_t ipc_ns = table.IpcNs(access->pid);
+    if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) continue;  // the host's IPC namespace is not the pod's
     Result<std::vector<SysvSegment>> sysv = ListSysvShm(p.access_pid, opts_.proc);
     if (!sysv.ok()) continue;
-    bool first = ipc_seen.insert(access->ipc_ns).second;
+    bool first = ipc_seen.insert(ipc_ns).second;
     for (const SysvSegment& s : *sysv) {
       p.sysv_bytes += s.bytes;
       p.sysv_segments++;
       if (!first || s.nattch != 0) continue;
-      auto key = std::make_pair(access->ipc_ns, s.shmid);
+      auto key = std::make_pair(ipc_ns, s.shmid);
       live_sysv.insert(key);
       auto [it, inserted] = sysv_unheld_.try_emplace(key, now);
       LeakRecord l;
@@ -263,7 +286,7 @@ NodeSnapshot Scanner::Scan() {
       const ProcInfo* creator = table.Find(s.cpid);
       l.creator_pid = s.cpid;
       l.creator_source = "sysv:cpid";
-      l.creator_dead = !creator || creator->ipc_ns != access->ipc_ns;
+      l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
       l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
       l.last_holder_pid = s.lpid;
       l.reclaimable = l.state == LeakState::kLeaked &&

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "shmkeeper/fileutil.h"
 
@@ -17,6 +19,7 @@ namespace shmkeeper {
 namespace {
 
 using DirPtr = std::unique_ptr<DIR, int (*)(DIR*)>;
+using HolderMap = std::map<FileKey, std::vector<HolderRef>>;
 
 std::vector<pid_t> ListPids(const std::string& proc) {
   std::vector<pid_t> pids;
@@ -31,58 +34,119 @@ std::vector<pid_t> ListPids(const std::string& proc) {
   return pids;
 }
 
-ino_t NsInode(const std::string& base, const char* ns) {
+// Reads a small file relative to `dir_fd` into `buf`; returns its length or -1.
+ssize_t ReadAt(int dir_fd, const char* name, char* buf, size_t cap) {
+  UniqueFd fd(::openat(dir_fd, name, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return -1;
+  ssize_t total = 0;
+  while (static_cast<size_t>(total) < cap - 1) {
+    ssize_t n = ::read(fd.get(), buf + total, cap - 1 - static_cast<size_t>(total));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    total += n;
+  }
+  buf[total] = '\0';
+  return total;
+}
+
+ino_t NsInodeAt(int dir_fd, const char* ns) {
   struct stat st;
-  return ::stat((base + "/ns/" + ns).c_str(), &st) == 0 ? st.st_ino : 0;
+  return ::fstatat(dir_fd, ns, &st, 0) == 0 ? st.st_ino : 0;
+}
+
+bool ParseStat(const char* text, std::string* comm, uint64_t* start_ticks) {
+  const char* open = std::strchr(text, '(');
+  const char* close = std::strrchr(text, ')');
+  if (!open || !close || close < open) return false;
+  if (comm) comm->assign(open + 1, static_cast<size_t>(close - open - 1));
+  // Fields after ")": state is field 3; starttime is field 22.
+  const char* p = close + 1;
+  for (int field = 3; field < 22 && *p; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  if (start_ticks) *start_ticks = std::strtoull(p, nullptr, 10);
+  return true;
 }
 
 // The last NSpid column of /proc/<pid>/status: the pid in its own namespace.
-pid_t InnermostPid(const std::string& base, pid_t fallback) {
-  Result<std::string> status = ReadFile(base + "/status", 1 << 16);
-  if (!status.ok()) return fallback;
-  size_t at = status->find("\nNSpid:");
-  if (at == std::string::npos) return fallback;
-  size_t end = status->find('\n', at + 1);
-  std::string line = status->substr(at + 7, end - at - 7);
+pid_t InnermostPid(int dir_fd, pid_t fallback) {
+  char buf[8192];
+  if (ReadAt(dir_fd, "status", buf, sizeof buf) < 0) return fallback;
+  const char* at = std::strstr(buf, "\nNSpid:");
+  if (!at) return fallback;
+  const char* end = std::strchr(at + 1, '\n');
+  std::string line(at + 7, end ? static_cast<size_t>(end - at - 7) : std::strlen(at + 7));
   size_t last = line.find_last_of(" \t");
   return static_cast<pid_t>(std::atol(line.c_str() + (last == std::string::npos ? 0 : last + 1)));
 }
 
-// Open fds that refer to files on `devices`.
+// Open fds of wanted files. The fd directory is read with getdents64 on the
+// descriptor itself: no dup/fdopendir/closedir per process on this hot path.
 template <typename Want>
-void ScanFds(const std::string& base, pid_t pid, const Want& want,
-             std::map<FileKey, std::vector<HolderRef>>* out) {
-  std::string fd_dir = base + "/fd";
-  UniqueFd dfd(::open(fd_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+void ScanFds(int dir_fd, pid_t pid, const Want& want, HolderMap* out) {
+  UniqueFd dfd(::openat(dir_fd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dfd.valid()) return;
-  DirPtr dir(::fdopendir(::dup(dfd.get())), ::closedir);
-  if (!dir) return;
-  while (struct dirent* e = ::readdir(dir.get())) {
-    if (e->d_name[0] == '.') continue;
-    struct stat st;
-    if (::fstatat(dfd.get(), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
-    FileKey key{st.st_dev, st.st_ino};
-    if (!want(key)) continue;
-    (*out)[key].push_back(HolderRef{pid, false, static_cast<int64_t>(st.st_blocks) * 512, st.st_nlink == 0});
+  alignas(8) char buf[16384];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dfd.get(), buf, sizeof buf);
+    if (n <= 0) return;
+    for (long off = 0; off < n;) {
+      auto* e = reinterpret_cast<struct dirent64*>(buf + off);
+      off += e->d_reclen;
+      if (e->d_name[0] == '.') continue;
+      struct stat st;
+      if (::fstatat(dfd.get(), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
+      FileKey key{st.st_dev, st.st_ino};
+      if (!want(key)) continue;
+      (*out)[key].push_back(HolderRef{pid, false, static_cast<int64_t>(st.st_blocks) * 512, st.st_nlink == 0});
+    }
   }
 }
 
-// Mappings of files on `devices`: "addr perms offset MAJ:MIN inode path".
+unsigned HexField(const char*& p) {
+  unsigned v = 0;
+  for (;; ++p) {
+    char c = *p;
+    if (c >= '0' && c <= '9') v = v * 16 + static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') v = v * 16 + static_cast<unsigned>(c - 'a' + 10);
+    else return v;
+  }
+}
+
+// Mappings of wanted files: "addr perms offset MAJ:MIN inode path". Lines
+// whose device major is not a wanted major are skipped before any parsing
+// beyond the device column.
 template <typename Want>
-void ScanMaps(const std::string& base, pid_t pid, const Want& want,
-              std::map<FileKey, std::vector<HolderRef>>* out) {
-  Result<std::string> maps = ReadFile(base + "/maps", 64 << 20);
+void ScanMaps(int dir_fd, pid_t pid, const std::set<unsigned>& majors, const Want& want, HolderMap* out) {
+  Result<std::string> maps = [&]() -> Result<std::string> {
+    UniqueFd fd(::openat(dir_fd, "maps", O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno(errno, "maps");
+    std::string s;
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(fd.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      s.append(buf, static_cast<size_t>(n));
+    }
+    return s;
+  }();
   if (!maps.ok()) return;
   std::set<FileKey> seen;
   const char* p = maps->c_str();
   while (*p) {
     const char* eol = std::strchr(p, '\n');
     if (!eol) eol = p + std::strlen(p);
-    unsigned maj = 0, min = 0;
-    unsigned long long ino = 0;
-    if (std::sscanf(p, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 && ino != 0) {
+    const char* f = p;
+    for (int spaces = 0; f < eol && spaces < 3; ++f) spaces += *f == ' ';
+    unsigned maj = HexField(f);
+    if (*f == ':' && majors.count(maj)) {
+      ++f;
+      unsigned min = HexField(f);
+      unsigned long long ino = std::strtoull(f, nullptr, 10);
       FileKey key{makedev(maj, min), static_cast<ino_t>(ino)};
-      if (want(key) && seen.insert(key).second) {
+      if (ino != 0 && want(key) && seen.insert(key).second) {
         bool deleted = std::string_view(p, static_cast<size_t>(eol - p)).ends_with(" (deleted)");
         (*out)[key].push_back(HolderRef{pid, true, 0, deleted});
       }
@@ -91,22 +155,65 @@ void ScanMaps(const std::string& base, pid_t pid, const Want& want,
   }
 }
 
+struct Partial {
+  std::vector<ProcInfo> procs;
+  HolderMap holders;
+};
+
+template <typename Want>
+void ScanRange(const std::string& proc, const std::vector<pid_t>& pids, size_t begin, size_t end, ino_t self_pid_ns,
+               const std::set<unsigned>& majors, bool scan_files, const Want& want, Partial* out) {
+  for (size_t i = begin; i < end; ++i) {
+    pid_t pid = pids[i];
+    UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) continue;
+    ProcInfo info;
+    info.pid = pid;
+    info.pid_ns = NsInodeAt(dir.get(), "ns/pid");
+    if (info.pid_ns == 0) continue;  // gone, or a kernel thread we cannot inspect
+    // NSpid is only needed inside other pid namespaces: the host's pid is the pid.
+    info.ns_pid = info.pid_ns == self_pid_ns ? pid : InnermostPid(dir.get(), pid);
+    out->procs.push_back(std::move(info));
+    if (!scan_files) continue;
+    ScanFds(dir.get(), pid, want, &out->holders);
+    ScanMaps(dir.get(), pid, majors, want, &out->holders);
+  }
+}
+
+template <typename Want>
+ProcTable Scan(const std::string& proc, const Want& want, const std::set<unsigned>& majors, bool scan_files,
+               unsigned threads) {
+  std::vector<pid_t> pids = ListPids(proc);
+  struct stat self;
+  ino_t self_pid_ns = ::stat((proc + "/self/ns/pid").c_str(), &self) == 0 ? self.st_ino : 0;
+  if (threads == 0) threads = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  std::vector<Partial> parts(threads);
+  std::vector<std::thread> workers;
+  size_t chunk = (pids.size() + threads - 1) / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    size_t b = std::min(pids.size(), t * chunk), e = std::min(pids.size(), b + chunk);
+    workers.emplace_back([&, b, e, t] { ScanRange(proc, pids, b, e, self_pid_ns, majors, scan_files, want, &parts[t]); });
+  }
+  for (std::thread& w : workers) w.join();
+  ProcTable table;
+  table.proc = proc;
+  table.self_pid_ns = self_pid_ns;
+  for (Partial& p : parts) {  // ranges are in pid order, so procs stay sorted
+    table.procs.insert(table.procs.end(), std::make_move_iterator(p.procs.begin()),
+                       std::make_move_iterator(p.procs.end()));
+    for (auto& [k, v] : p.holders) {
+      std::vector<HolderRef>& dst = table.holders[k];
+      dst.insert(dst.end(), v.begin(), v.end());
+    }
+  }
+  return table;
+}
+
 }  // namespace
 
 bool ReadProcStat(pid_t pid, std::string* comm, uint64_t* start_ticks, const std::string& proc) {
   Result<std::string> stat = ReadFile(proc + "/" + std::to_string(pid) + "/stat", 4096);
-  if (!stat.ok()) return false;
-  size_t open = stat->find('('), close = stat->rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return false;
-  if (comm) *comm = stat->substr(open + 1, close - open - 1);
-  // Fields after ")": state(3) ... starttime(22) is the 20th token from there.
-  const char* p = stat->c_str() + close + 1;
-  for (int field = 3; field < 22 && *p; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
-  if (start_ticks) *start_ticks = std::strtoull(p, nullptr, 10);
-  return true;
+  return stat.ok() && ParseStat(stat->c_str(), comm, start_ticks);
 }
 
 const ProcInfo* ProcTable::Find(pid_t pid) const {
@@ -116,41 +223,35 @@ const ProcInfo* ProcTable::Find(pid_t pid) const {
 }
 
 pid_t ProcTable::HostPid(ino_t pid_ns, pid_t ns_pid) const {
+  if (pid_ns == self_pid_ns) {  // the scanner's own namespace: the pid is the host pid
+    const ProcInfo* p = Find(ns_pid);
+    return p && p->pid_ns == pid_ns ? p->pid : 0;
+  }
   for (const ProcInfo& p : procs) {
     if (p.pid_ns == pid_ns && p.ns_pid == ns_pid) return p.pid;
   }
   return 0;
 }
 
-ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc) {
-  ProcTable t;
-  auto want = [&](const FileKey& k) { return devices.count(k.dev) > 0; };
-  for (pid_t pid : ListPids(proc)) {
-    std::string base = proc + "/" + std::to_string(pid);
-    ProcInfo info;
-    info.pid = pid;
-    if (!ReadProcStat(pid, &info.comm, &info.start_ticks, proc)) continue;
-    info.pid_ns = NsInode(base, "pid");
-    info.ipc_ns = NsInode(base, "ipc");
-    info.ns_pid = InnermostPid(base, pid);
-    t.procs.push_back(std::move(info));
-    if (devices.empty()) continue;
-    ScanFds(base, pid, want, &t.holders);
-    ScanMaps(base, pid, want, &t.holders);
-  }
-  return t;
+ino_t ProcTable::IpcNs(pid_t pid) const {
+  struct stat st;
+  return ::stat((proc + "/" + std::to_string(pid) + "/ns/ipc").c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
-std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys,
-                                                      const std::string& proc) {
-  std::map<FileKey, std::vector<HolderRef>> out;
+ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc, unsigned threads) {
+  std::set<unsigned> majors;
+  for (dev_t d : devices) majors.insert(major(d));
+  auto want = [&](const FileKey& k) { return devices.count(k.dev) > 0; };
+  return Scan(proc, want, majors, !devices.empty(), threads);
+}
+
+HolderMap ScanHolders(const std::set<FileKey>& keys, const std::string& proc) {
+  std::set<dev_t> devices;
+  for (const FileKey& k : keys) devices.insert(k.dev);
+  std::set<unsigned> majors;
+  for (dev_t d : devices) majors.insert(major(d));
   auto want = [&](const FileKey& k) { return keys.count(k) > 0; };
-  for (pid_t pid : ListPids(proc)) {
-    std::string base = proc + "/" + std::to_string(pid);
-    ScanFds(base, pid, want, &out);
-    ScanMaps(base, pid, want, &out);
-  }
-  return out;
+  return Scan(proc, want, majors, !keys.empty(), 0).holders;
 }
 
 std::string ProcCommand(pid_t pid, const std::string& proc) {

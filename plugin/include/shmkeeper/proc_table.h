@@ -22,12 +22,11 @@ struct FileKey {
   auto operator<=>(const FileKey&) const = default;
 };
 
+// What the scan reads of every process; the rest (command, start time, IPC
+// namespace) is read on demand for the few processes that matter.
 struct ProcInfo {
   pid_t pid = 0;               // host pid
-  std::string comm;
-  uint64_t start_ticks = 0;    // /proc/<pid>/stat field 22
   ino_t pid_ns = 0;
-  ino_t ipc_ns = 0;
   pid_t ns_pid = 0;            // pid in its own (innermost) pid namespace
 };
 
@@ -47,11 +46,15 @@ struct ProcTable {
   // process has it.
   pid_t HostPid(ino_t pid_ns, pid_t ns_pid) const;
   bool Held(const FileKey& key) const { return holders.count(key) > 0; }
+  // The IPC namespace inode of `pid` (read on demand; 0 when gone).
+  ino_t IpcNs(pid_t pid) const;
+  std::string proc = "/proc";
+  ino_t self_pid_ns = 0;  // the scanning process's pid namespace
 };
 
-// Scans `proc` (normally "/proc"). Only files on `devices` are recorded as
-// held. Processes that vanish mid-scan are skipped.
-ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc = "/proc");
+// Scans `proc` (normally "/proc"), on `threads` threads. Only files on
+// `devices` are recorded as held. Processes that vanish mid-scan are skipped.
+ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc = "/proc", unsigned threads = 0);
 
 // The holders of `keys` only, scanned afresh (reclaim's final re-check).
 std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys,
