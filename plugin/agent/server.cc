@@ -124,6 +124,10 @@ Status AgentServer::StartHttp() {
   metrics_port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (metrics_port_ <= 0) return Status::Internal("cannot listen on " + opts_.metrics_address);
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // stop() before the listener entered its loop would be lost (it would then
+  // run forever): return only once it is running.
+  for (int i = 0; i < 500 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!http_->is_running()) return Status::Internal("HTTP listener on " + opts_.metrics_address + " did not start");
   return Status::Ok();
 }
 
