@@ -26,6 +26,8 @@ leaks:
 """).start()
     yield a
     a.stop()
+    for name in ("writer", "leaky", "sysv"):
+        docker_engine.docker("rm", "-f", name, check=False)
 
 
 def container(engine, name, *cmd):
