@@ -19,5 +19,7 @@ using Registrar = void (*)(CLI::App& app, Outcome& outcome);
 void RegisterVersion(CLI::App& app, Outcome& outcome);
 void RegisterInstall(CLI::App& app, Outcome& outcome);
 void RegisterAgent(CLI::App& app, Outcome& outcome);
+void RegisterCompose(CLI::App& app, Outcome& outcome);
+void RegisterDoctor(CLI::App& app, Outcome& outcome);
 
 }  // namespace shmkeeper::cli

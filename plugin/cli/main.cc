@@ -6,7 +6,7 @@
 namespace shmkeeper::cli {
 namespace {
 
-constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent};
+constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent, RegisterCompose, RegisterDoctor};
 
 int Run(int argc, char** argv) {
   CLI::App app{"shmkeeper: right-sized /dev/shm and visible, safe shared memory for containers",
