@@ -50,16 +50,35 @@ struct LoadedFile {
   YAML::Node root;
 };
 
+// In-memory files (fuzzing); consulted before the filesystem.
+thread_local const std::map<std::string, std::string>* g_texts = nullptr;
+
+Result<std::string> ReadComposeText(const std::string& path) {
+  if (!g_texts) return ReadFile(path, kMaxFileBytes);
+  auto it = g_texts->find(path);
+  if (it == g_texts->end()) return Status::Invalid(path + ": not found");
+  if (it->second.size() > kMaxFileBytes) return Status::Invalid(path + ": larger than 4 MiB");
+  return it->second;
+}
+
+Result<LoadedFile> ParseComposeText(const std::string& path, std::string text);
+
 Result<LoadedFile> LoadComposeFile(const std::string& path) {
-  Result<std::string> text = ReadFile(path, kMaxFileBytes);
+  Result<std::string> text = ReadComposeText(path);
   if (!text.ok()) {
     if (text.status().message().find("larger than") != std::string::npos) {
       return Status::Invalid(path + ": larger than " + std::to_string(kMaxFileBytes >> 20) + " MiB");
     }
     return Status::Invalid(path + ": " + text.status().message());
   }
-  if (text->find('\0') != std::string::npos) return Status::Invalid(path + ": binary data, not YAML");
-  LoadedFile f{path, *text, {}};
+  return ParseComposeText(path, std::move(*text));
+}
+
+// Everything the reader requires of a file's text: YAML that parses, no
+// duplicate keys, bounded, a mapping whose services are mappings.
+Result<LoadedFile> ParseComposeText(const std::string& path, std::string text) {
+  if (text.find('\0') != std::string::npos) return Status::Invalid(path + ": binary data, not YAML");
+  LoadedFile f{path, std::move(text), {}};
   try {
     f.root = YAML::Load(f.text);
   } catch (const YAML::Exception& e) {
@@ -72,6 +91,13 @@ Result<LoadedFile> LoadComposeFile(const std::string& path) {
   YAML::Node services = f.root["services"];
   if (services && !services.IsMap() && !services.IsNull()) {
     return BadAt(At(path, services), "'services' must be a mapping");
+  }
+  if (services && services.IsMap()) {
+    for (const auto& kv : services) {
+      if (kv.first.IsScalar() && !kv.second.IsMap() && !kv.second.IsNull()) {
+        return BadAt(At(path, kv.second), "service '" + kv.first.Scalar() + "' must be a mapping");
+      }
+    }
   }
   return f;
 }
@@ -104,14 +130,28 @@ struct Service {
   std::map<std::string, YAML::Node> nodes;  // file -> the service's mapping there
 };
 
-void MergeService(Service* s, const YAML::Node& node, const std::string& file, bool override_existing) {
-  if (!node.IsMap()) return;
-  s->nodes[file] = node;
+void MergeKeys(Service* s, const YAML::Node& node, const std::string& file, bool override_existing, int depth) {
+  if (!node.IsMap() || depth > 8) return;
   for (const auto& kv : node) {
     if (!kv.first.IsScalar()) continue;
     const std::string& k = kv.first.Scalar();
+    if (k == "<<") continue;
     if (override_existing || !s->keys.count(k)) s->keys[k] = {kv.first, kv.second, file};
   }
+  // YAML merge keys (<<: *anchor or a list of them), as docker-compose reads
+  // them: the mapping's own keys win.
+  if (YAML::Node merge = node["<<"]; merge) {
+    if (merge.IsMap()) MergeKeys(s, merge, file, false, depth + 1);
+    if (merge.IsSequence()) {
+      for (const auto& m : merge) MergeKeys(s, m, file, false, depth + 1);
+    }
+  }
+}
+
+void MergeService(Service* s, const YAML::Node& node, const std::string& file, bool override_existing) {
+  if (!node.IsMap()) return;
+  s->nodes[file] = node;
+  MergeKeys(s, node, file, override_existing, 0);
 }
 
 std::string DirOf(const std::string& path) {
@@ -141,7 +181,9 @@ Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, int
   }
   std::map<std::string, Service> other;  // the services of base_file
   if (!base_file.empty()) {
-    SHMK_ASSIGN_OR_RETURN(LoadedFile lf, LoadComposeFile(base_file));
+    Result<LoadedFile> loaded = LoadComposeFile(base_file);
+    if (!loaded.ok()) return BadAt(At(e.file, e.value), "extends: " + loaded.status().message());
+    const LoadedFile& lf = *loaded;
     if (YAML::Node services = lf.root["services"]; services && services.IsMap()) {
       for (const auto& kv : services) {
         if (!kv.first.IsScalar()) continue;
@@ -256,7 +298,7 @@ std::string IpcMode(const Service& s) {
 
 bool DockerfileRunsTorchTests(const Service& s) {
   auto b = s.keys.find("build");
-  if (b == s.keys.end()) return false;
+  if (b == s.keys.end() || g_texts) return false;
   std::string context = ".", dockerfile = "Dockerfile";
   if (b->second.value.IsScalar()) context = b->second.value.Scalar();
   if (b->second.value.IsMap()) {
@@ -381,6 +423,7 @@ Status CheckService(const Service& s, const ComposeCheckOptions& o, Checked* c) 
 }
 
 void LoadDotEnv(const std::string& dir, std::map<std::string, std::string>* env) {
+  if (g_texts) return;
   Result<std::string> text = ReadFile(dir + "/.env", 1 << 20);
   if (!text.ok()) return;
   std::istringstream in(*text);
@@ -415,9 +458,6 @@ Result<Checked> Run(const ComposeCheckOptions& o) {
     if (YAML::Node services = lf.root["services"]; services && services.IsMap()) {
       for (const auto& kv : services) {
         if (!kv.first.IsScalar()) continue;
-        if (!kv.second.IsMap() && !kv.second.IsNull()) {
-          return BadAt(At(f, kv.second), "service '" + kv.first.Scalar() + "' must be a mapping");
-        }
         Service& s = c.services[kv.first.Scalar()];
         if (s.name.empty()) {
           s.name = kv.first.Scalar();
@@ -447,7 +487,31 @@ struct Edit {
   int column = 0;  // kReplace: 0-based start
   int length = 0;  // kReplace: bytes replaced
   std::string text;
+  size_t group = 0;  // the finding it fixes: a group is kept or dropped whole
 };
+
+// The lines with `edits` applied bottom-up, so earlier line numbers stay valid.
+std::string ApplyEdits(std::vector<std::string> lines, std::vector<Edit> edits, const std::string& eol) {
+  std::stable_sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.line > b.line; });
+  for (const Edit& e : edits) {
+    std::string& l = lines[static_cast<size_t>(e.line)];
+    if (e.kind == Edit::kReplace) {
+      l.replace(static_cast<size_t>(e.column), static_cast<size_t>(e.length), e.text);
+    } else if (e.kind == Edit::kDelete) {
+      lines.erase(lines.begin() + e.line);
+    } else {
+      std::string text = e.text;
+      if (e.line > 0 && !lines[static_cast<size_t>(e.line - 1)].ends_with("\n")) text = eol + text;
+      lines.insert(lines.begin() + e.line, text);
+    }
+  }
+  std::string out;
+  for (const std::string& l : lines) out += l;
+  return out;
+}
+
+// Whether the reader itself accepts `text`.
+bool Parses(const std::string& text) { return ParseComposeText("", text).ok(); }
 
 std::vector<std::string> SplitLines(const std::string& text, bool* crlf) {
   std::vector<std::string> lines;
@@ -566,9 +630,37 @@ Result<std::vector<std::string>> DefaultComposeFiles(const std::string& dir) {
                          " (looked for compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml)");
 }
 
+namespace {
+
+// Errors quote user values, which may hold newlines or control bytes: escape
+// them so every error stays one line.
+Status OneLine(const Status& s) {
+  std::string out;
+  for (unsigned char ch : s.message()) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\r') out += "\\r";
+    else if (ch < 0x20 || ch == 0x7f) out += "\\x" + std::string(1, "0123456789abcdef"[ch >> 4]) + "0123456789abcdef"[ch & 15];
+    else out += static_cast<char>(ch);
+  }
+  return s.IsUserError() ? Status::Invalid(out) : Status::Internal(out);
+}
+
+}  // namespace
+
 Result<ComposeReport> CheckCompose(const ComposeCheckOptions& options) {
-  SHMK_ASSIGN_OR_RETURN(Checked c, Run(options));
-  return c.report;
+  Result<Checked> c = Run(options);
+  if (!c.ok()) return OneLine(c.status());
+  return c->report;
+}
+
+Result<ComposeFix> FixComposeText(const std::string& name, const std::string& text, const std::string& size) {
+  std::map<std::string, std::string> texts = {{name, text}};
+  g_texts = &texts;
+  ComposeCheckOptions o;
+  o.files = {name};
+  Result<ComposeFix> fix = PlanComposeFix(o, name, size);
+  g_texts = nullptr;
+  return fix;
 }
 
 Json ComposeReportToJson(const ComposeReport& r) {
@@ -596,7 +688,9 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
       return Status::Invalid("--size \"" + size + "\" is not a size docker-compose accepts (like 2gb, 512m)");
     }
   }
-  SHMK_ASSIGN_OR_RETURN(Checked c, Run(options));
+  Result<Checked> checked = Run(options);
+  if (!checked.ok()) return OneLine(checked.status());
+  Checked& c = *checked;
   ComposeFix fix;
   fix.file = file.empty() ? c.report.files.front() : file;
   const LoadedFile* lf = nullptr;
@@ -629,8 +723,19 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
     *indent = std::string(static_cast<size_t>(m.column), ' ');
     return lines[static_cast<size_t>(m.line)].compare(0, static_cast<size_t>(m.column), *indent) == 0;
   };
+  // Renames and moves first: a service that gets its shm_size that way needs no new one.
+  std::vector<const ComposeFinding*> ordered;
   for (const ComposeFinding& f : c.report.findings) {
+    if (f.code != "missing-shm-size") ordered.push_back(&f);
+  }
+  for (const ComposeFinding& f : c.report.findings) {
+    if (f.code == "missing-shm-size") ordered.push_back(&f);
+  }
+  std::set<std::string> sized;
+  for (const ComposeFinding* fp : ordered) {
+    const ComposeFinding& f = *fp;
     if (f.pos.file != fix.file && f.code != "missing-shm-size" && f.code != "ipc-host-for-shm") continue;
+    if (f.code == "missing-shm-size" && sized.count(f.service)) continue;
     int li = f.pos.line - 1, col = f.pos.column - 1;
     const std::string* line = li >= 0 && li < static_cast<int>(lines.size()) ? &lines[static_cast<size_t>(li)] : nullptr;
     if (f.code == "misspelled-key" && line) {
@@ -642,15 +747,17 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
       std::string old = line->substr(static_cast<size_t>(col), static_cast<size_t>(len));
       while (!old.empty() && (old.back() == ' ' || old.back() == '\t')) old.pop_back();
       len = static_cast<int>(old.size());
-      edits.push_back({li, Edit::kReplace, col, len, old[0] == '"' || old[0] == '\'' ? Quote("shm_size") : "shm_size"});
+      edits.push_back({li, Edit::kReplace, col, len, old[0] == '"' || old[0] == '\'' ? Quote("shm_size") : "shm_size",
+                       fix.changes.size()});
       fix.changes.push_back(f.pos.ToString() + ": renamed " + old + " to shm_size in service '" + f.service + "'");
+      sized.insert(f.service);
     } else if ((f.code == "invalid-size" || f.code == "size-too-small") && line) {
       int len = ScalarLength(*line, col);
       if (len == 0) {
         fix.skipped.push_back(f.pos.ToString() + ": " + f.message);
         continue;
       }
-      edits.push_back({li, Edit::kReplace, col, len, Quote(size_for(f.service))});
+      edits.push_back({li, Edit::kReplace, col, len, Quote(size_for(f.service)), fix.changes.size()});
       fix.changes.push_back(f.pos.ToString() + ": shm_size of '" + f.service + "' set to " + size_for(f.service));
     } else if (f.code == "missing-shm-size") {
       int at = 0;
@@ -660,7 +767,8 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
                               "' is not a block mapping in " + fix.file + "; add shm_size by hand");
         continue;
       }
-      edits.push_back({at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(size_for(f.service)) + eol});
+      edits.push_back(
+          {at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(size_for(f.service)) + eol, fix.changes.size()});
       fix.changes.push_back(fix.file + ":" + std::to_string(at + 1) + ": added shm_size " + size_for(f.service) +
                             " to service '" + f.service + "'");
     } else if (f.code == "misplaced-shm-size" && line && !f.service.empty()) {
@@ -678,28 +786,35 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
       }
       int vcol = deploy["shm_size"].Mark().column;
       std::string value = line->substr(static_cast<size_t>(vcol), static_cast<size_t>(ScalarLength(*line, vcol)));
-      edits.push_back({li, Edit::kDelete, 0, 0, ""});
-      edits.push_back({at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + value + eol});
+      edits.push_back({li, Edit::kDelete, 0, 0, "", fix.changes.size()});
+      edits.push_back({at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + value + eol, fix.changes.size()});
+      sized.insert(f.service);
       fix.changes.push_back(f.pos.ToString() + ": moved shm_size out of deploy in service '" + f.service + "'");
     } else {
       fix.skipped.push_back(f.pos.ToString() + ": " + f.message);
     }
   }
-  // Apply bottom-up so earlier line numbers stay valid; inserts go before deletes/replaces on a line.
-  std::stable_sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.line > b.line; });
-  for (const Edit& e : edits) {
-    std::string& l = lines[static_cast<size_t>(e.line)];
-    if (e.kind == Edit::kReplace) {
-      l.replace(static_cast<size_t>(e.column), static_cast<size_t>(e.length), e.text);
-    } else if (e.kind == Edit::kDelete) {
-      lines.erase(lines.begin() + e.line);
-    } else {
-      std::string text = e.text;
-      if (e.line > 0 && !lines[static_cast<size_t>(e.line - 1)].ends_with("\n")) text = eol + text;
-      lines.insert(lines.begin() + e.line, text);
+  // A line edit can meet YAML it cannot see from one line (a plain scalar
+  // continued below, say): keep only the fixes whose result still parses.
+  fix.fixed = ApplyEdits(lines, edits, eol);
+  if (!Parses(fix.fixed)) {
+    std::vector<Edit> kept;
+    std::vector<std::string> changes;
+    for (size_t g = 0; g < fix.changes.size(); ++g) {
+      std::vector<Edit> trial = kept;
+      for (const Edit& e : edits) {
+        if (e.group == g) trial.push_back(e);
+      }
+      if (Parses(ApplyEdits(lines, trial, eol))) {
+        kept = std::move(trial);
+        changes.push_back(fix.changes[g]);
+      } else {
+        fix.skipped.push_back(fix.changes[g] + ": not applied, the result would not parse; fix it by hand");
+      }
     }
+    fix.changes = std::move(changes);
+    fix.fixed = ApplyEdits(lines, kept, eol);
   }
-  for (const std::string& l : lines) fix.fixed += l;
   return fix;
 }
 

@@ -1,5 +1,6 @@
 """End to end under a real, private Docker engine with shmkeeper-runtime
 installed as its default runtime by `shmkeeper install docker`."""
+import json
 import os
 import shutil
 import textwrap
@@ -124,3 +125,50 @@ def test_uninstall_restores_daemon_json(docker_engine, bins):
     assert b"shmk2" in docker_engine.daemon_json.read_bytes()
     run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"])
     assert docker_engine.daemon_json.read_bytes() == before
+
+
+def test_fixed_compose_stack_gets_its_size(docker_engine, bins, tmp_path):
+    """compose fix --write on a stack that needs shared memory, then a real
+    docker-compose up: the container sees the size the fix wrote. Plain runc,
+    so the size comes from the file, not from shmkeeper's policy."""
+    require(shutil.which("docker-compose") is not None, "docker-compose is not installed")
+    f = tmp_path / "docker-compose.yml"
+    f.write_text(textwrap.dedent(f"""\
+        version: "2.4"
+        services:
+          trainer:   # runs PyTorch DataLoader workers
+            image: {IMG}
+            runtime: runc
+            network_mode: none
+            command: ["sh", "-c", "echo torch num_workers=4; {PROBE}"]
+        """))
+    run([bins.CLI, "compose", "fix", "--write", "--size", "640m"], cwd=tmp_path)
+    assert '    shm_size: "640m"\n' in f.read_text()
+    env = dict(os.environ, DOCKER_HOST=docker_engine.host)
+    try:
+        p = run(["docker-compose", "-p", "shmkfixed", "up", "--abort-on-container-exit", "--no-color"],
+                cwd=tmp_path, env=env)
+        lines = "\n".join(line.split("|", 1)[1] for line in p.stdout.splitlines() if "|" in line)
+        assert df_kib(lines) == kib(640 * MiB)
+    finally:
+        run(["docker-compose", "-p", "shmkfixed", "down"], cwd=tmp_path, env=env, check=False)
+
+
+def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine, bins):
+    doctor = bins.BUILD / "plugin" / "shmkeeper-doctor"
+    p = docker_engine.docker("run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", IMG, "/doctor")
+    assert "/dev/shm        64MiB" in p.stdout
+    assert "the 64MiB default of Docker" in p.stdout
+    assert "fix: docker run --shm-size=2g" in p.stdout
+    assert 'shm_size: "2gb"' in p.stdout
+    assert "engine          docker" in p.stdout
+    j = json.loads(docker_engine.docker("run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", IMG,
+                                        "/doctor", "-o", "json").stdout)
+    assert j["shm"]["size_bytes"] == 64 * MiB and not j["ipc"]["host"] and j["in_container"]
+    # Under shmkeeper, with a leaked file and its holder-less state visible.
+    p = docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", IMG, "sh", "-c",
+                             "dd if=/dev/zero of=/dev/shm/torch_99_0 bs=1M count=3 2>/dev/null; /doctor -o json")
+    j = json.loads(p.stdout)
+    assert j["shm"]["size_bytes"] > 64 * MiB
+    assert [f["path"] for f in j["leaked"]] == ["/dev/shm/torch_99_0"]
+    assert any("PyTorch" in w for w in j["warnings"])

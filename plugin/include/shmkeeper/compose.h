@@ -78,6 +78,10 @@ struct ComposeFix {
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file,
                                   const std::string& size);
 
+// Check and fix of one in-memory file named `name` (no filesystem access but
+// `extends` of other files, which then fail): for fuzzing and tests.
+Result<ComposeFix> FixComposeText(const std::string& name, const std::string& text, const std::string& size);
+
 // Whether `text` is a size docker-compose accepts for shm_size (digits with
 // an optional fraction and b/k/m/g unit, optional trailing b).
 bool IsComposeSize(const std::string& text);
