@@ -146,38 +146,57 @@ NameHint CreatorHintFromName(const std::string& path) {
   return {"", 0};
 }
 
-NodeSnapshot Scanner::Scan() {
-  auto t0 = SteadyClock::now();
-  NodeSnapshot snap;
-  snap.time = std::chrono::system_clock::now();
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  snap.hostname = host;
+namespace {
 
+// Adds a leak to its pod and the snapshot. `first_unheld` decides whether the
+// grace period is over.
+void FinishLeak(LeakRecord l, const PodRecord& p, SteadyClock::time_point now, SteadyClock::time_point first_unheld,
+                std::chrono::seconds grace, NodeSnapshot* snap, int64_t* pod_leaked) {
+  l.pod = p.key;
+  l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
+  l.unheld_for_sec = std::chrono::duration<double>(now - first_unheld).count();
+  l.reclaimable = l.state == LeakState::kLeaked &&
+                  now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
+  l.access_pid = p.access_pid;
+  l.host_dir = p.host_dir;
+  l.reclaim_auto = p.reclaim_auto;
+  *pod_leaked += l.bytes;
+  snap->leaked_bytes += l.bytes;
+  snap->leaks.push_back(std::move(l));
+}
+
+}  // namespace
+
+std::vector<PodRecord> Scanner::DiscoverPods() const {
   std::vector<ContainerRecord> containers = DiscoverContainers(opts_.runtime_roots, opts_.proc);
   if (!opts_.docker_socket.empty()) (void)EnrichFromDocker(opts_.docker_socket, &containers);
-  snap.pods = GroupPods(containers);
+  std::vector<PodRecord> pods = GroupPods(containers);
   for (const std::string& dir : opts_.host_shm_dirs) {
     PodRecord p;
     p.key = {PodKind::kHost, "", dir, "host:" + dir};
     p.host_dir = dir;
-    snap.pods.push_back(std::move(p));
+    pods.push_back(std::move(p));
   }
+  return pods;
+}
 
-  struct stat host_shm;
-  dev_t host_dev = ::stat("/dev/shm", &host_shm) == 0 ? host_shm.st_dev : 0;
-  if (UniqueFd fd(::open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC)); fd.valid()) {
-    if (Result<ShmDir> d = MeasureShmDir(fd.get(), 0); d.ok()) {
-      snap.host_shm_size_bytes = d->size_bytes;
-      snap.host_shm_used_bytes = d->used_bytes;
-    }
+void Scanner::MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const {
+  struct stat st;
+  *host_dev = ::stat("/dev/shm", &st) == 0 ? st.st_dev : 0;
+  UniqueFd fd(::open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return;
+  if (Result<ShmDir> d = MeasureShmDir(fd.get(), 0); d.ok()) {
+    snap->host_shm_size_bytes = d->size_bytes;
+    snap->host_shm_used_bytes = d->used_bytes;
   }
+}
 
+ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs) const {
   // Open every pod's tmpfs: its device is what holders are looked for on.
-  std::vector<UniqueFd> fds(snap.pods.size());
+  std::vector<UniqueFd> fds(pods->size());
   std::set<dev_t> devices;
-  for (size_t i = 0; i < snap.pods.size(); ++i) {
-    PodRecord& p = snap.pods[i];
+  for (size_t i = 0; i < pods->size(); ++i) {
+    PodRecord& p = (*pods)[i];
     Result<UniqueFd> fd = OpenPodShm(p, opts_.proc);
     struct stat st;
     if (!fd.ok() || ::fstat(fd->get(), &st) != 0) continue;
@@ -187,25 +206,106 @@ NodeSnapshot Scanner::Scan() {
     devices.insert(p.shm_dev);
   }
   // Walk the tmpfs directories while /proc is scanned: independent work.
-  std::vector<ShmDir> dirs(snap.pods.size());
+  dirs->assign(pods->size(), ShmDir());
   std::thread walker([&] {
-    for (size_t i = 0; i < snap.pods.size(); ++i) {
+    for (size_t i = 0; i < pods->size(); ++i) {
       if (!fds[i].valid()) continue;
-      Result<ShmDir> d = MeasureShmDir(fds[i].get(), snap.pods[i].shares_host_shm ? 0 : 8);
+      bool host = (*pods)[i].shares_host_shm;
+      Result<ShmDir> d = MeasureShmDir(fds[i].get(), host ? 0 : 8);
       if (!d.ok()) continue;
-      dirs[i] = std::move(*d);
-      if (snap.pods[i].shares_host_shm) dirs[i].files.clear();  // host IPC: the host's files are not the pod's
+      (*dirs)[i] = std::move(*d);
+      if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
     }
   });
   ProcTable table = ScanProcesses(devices, opts_.proc);
   walker.join();
-  auto now = SteadyClock::now();
-  int64_t now_sec = std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count();
+  return table;
+}
 
+void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access,
+                        const Clock& clock, NodeSnapshot* snap) {
+  for (const ShmFile& f : d.files) {
+    live_keys_.insert(f.key);
+    History& h = history_[f.key];
+    h.last_seen = clock.now;
+    auto held = table.holders.find(f.key);
+    if (held != table.holders.end()) {
+      if (h.last_holder_pid != held->second.front().pid) {  // read the command only on change
+        h.last_holder_pid = held->second.front().pid;
+        h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
+      }
+      h.unheld = false;
+      continue;
+    }
+    if (!h.unheld) {
+      h.unheld = true;
+      h.first_unheld = clock.now;
+    }
+    LeakRecord l;
+    l.path = DisplayPath(*p, f.path);
+    l.rel = f.path;
+    l.bytes = f.bytes;
+    l.age_sec = std::max<int64_t>(0, clock.now_sec - f.mtime_sec);
+    NameHint hint = CreatorHintFromName(f.path);
+    l.name_pattern = hint.pattern;
+    l.creator_pid = hint.pid;
+    if (hint.pid) {
+      l.creator_source = "name:" + hint.pattern;
+      l.creator_dead = access && table.HostPid(access->pid_ns, hint.pid) == 0;
+    }
+    l.last_holder_pid = h.last_holder_pid;
+    l.last_holder_command = h.last_holder_command;
+    l.key = f.key;
+    FinishLeak(std::move(l), *p, clock.now, h.first_unheld, opts_.grace, snap, &p->leaked_bytes);
+  }
+}
+
+void Scanner::SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
+                        std::set<ino_t>* ipc_seen, NodeSnapshot* snap) {
+  ino_t ipc_ns = table.IpcNs(access.pid);
+  if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) return;  // the host's IPC namespace is not the pod's
+  Result<std::vector<SysvSegment>> sysv = ListSysvShm(p->access_pid, opts_.proc);
+  if (!sysv.ok()) return;
+  bool first = ipc_seen->insert(ipc_ns).second;  // pods sharing a namespace report its leaks once
+  for (const SysvSegment& s : *sysv) {
+    p->sysv_bytes += s.bytes;
+    p->sysv_segments++;
+    if (!first || s.nattch != 0) continue;
+    auto key = std::make_pair(ipc_ns, s.shmid);
+    live_sysv_.insert(key);
+    auto it = sysv_unheld_.try_emplace(key, clock.now).first;
+    const ProcInfo* creator = table.Find(s.cpid);
+    LeakRecord l;
+    l.sysv_id = s.shmid;
+    l.bytes = s.bytes;
+    l.age_sec = std::max<int64_t>(0, clock.now_sec - s.ctime);
+    l.creator_pid = s.cpid;
+    l.creator_source = "sysv:cpid";
+    l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
+    l.last_holder_pid = s.lpid;
+    l.sysv_cpid = s.cpid;
+    FinishLeak(std::move(l), *p, clock.now, it->second, opts_.grace, snap, &p->leaked_bytes);
+  }
+}
+
+NodeSnapshot Scanner::Scan() {
+  auto t0 = SteadyClock::now();
+  NodeSnapshot snap;
+  snap.time = std::chrono::system_clock::now();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  snap.hostname = host;
+  snap.pods = DiscoverPods();
+  dev_t host_dev = 0;
+  MeasureHost(&snap, &host_dev);
+  std::vector<ShmDir> dirs;
+  ProcTable table = MeasurePods(&snap.pods, host_dev, &dirs);
+  Clock clock{SteadyClock::now(),
+              std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
+  live_keys_.clear();
+  live_sysv_.clear();
   std::set<dev_t> counted;
   std::set<ino_t> ipc_seen;
-  std::set<FileKey> live_keys;
-  std::set<std::pair<ino_t, int32_t>> live_sysv;
   for (size_t i = 0; i < snap.pods.size(); ++i) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
@@ -213,94 +313,17 @@ NodeSnapshot Scanner::Scan() {
     p.used_bytes = d.used_bytes;
     p.files = static_cast<int32_t>(d.files.size());
     p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
-    if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) {
-      snap.pods_shm_used_bytes += p.used_bytes;
-    }
+    if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
     // A watched host directory lives in the agent's own namespaces.
     const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
-    for (const ShmFile& f : d.files) {
-      live_keys.insert(f.key);
-      History& h = history_[f.key];
-      h.last_seen = now;
-      auto held = table.holders.find(f.key);
-      if (held != table.holders.end()) {
-        if (h.last_holder_pid != held->second.front().pid) {  // read the command only on change
-          h.last_holder_pid = held->second.front().pid;
-          h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
-        }
-        h.unheld = false;
-        continue;
-      }
-      if (!h.unheld) {
-        h.unheld = true;
-        h.first_unheld = now;
-      }
-      LeakRecord l;
-      l.pod = p.key;
-      l.path = DisplayPath(p, f.path);
-      l.rel = f.path;
-      l.bytes = f.bytes;
-      l.age_sec = std::max<int64_t>(0, now_sec - f.mtime_sec);
-      l.unheld_for_sec = std::chrono::duration<double>(now - h.first_unheld).count();
-      NameHint hint = CreatorHintFromName(f.path);
-      l.name_pattern = hint.pattern;
-      l.creator_pid = hint.pid;
-      if (hint.pid) {
-        l.creator_source = "name:" + hint.pattern;
-        l.creator_dead = access && table.HostPid(access->pid_ns, hint.pid) == 0;
-      }
-      l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
-      l.last_holder_pid = h.last_holder_pid;
-      l.last_holder_command = h.last_holder_command;
-      l.reclaimable = l.state == LeakState::kLeaked &&
-                      now - h.first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(opts_.grace);
-      l.key = f.key;
-      l.access_pid = p.access_pid;
-      l.host_dir = p.host_dir;
-      l.reclaim_auto = p.reclaim_auto;
-      p.leaked_bytes += l.bytes;
-      snap.leaked_bytes += l.bytes;
-      snap.leaks.push_back(std::move(l));
-    }
+    FileLeaks(&p, d, table, access, clock, &snap);
     p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = MemcgShmem(p.access_pid, opts_.proc);
-    ino_t ipc_ns = table.IpcNs(access->pid);
-    if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) continue;  // the host's IPC namespace is not the pod's
-    Result<std::vector<SysvSegment>> sysv = ListSysvShm(p.access_pid, opts_.proc);
-    if (!sysv.ok()) continue;
-    bool first = ipc_seen.insert(ipc_ns).second;
-    for (const SysvSegment& s : *sysv) {
-      p.sysv_bytes += s.bytes;
-      p.sysv_segments++;
-      if (!first || s.nattch != 0) continue;
-      auto key = std::make_pair(ipc_ns, s.shmid);
-      live_sysv.insert(key);
-      auto [it, inserted] = sysv_unheld_.try_emplace(key, now);
-      LeakRecord l;
-      l.pod = p.key;
-      l.sysv_id = s.shmid;
-      l.bytes = s.bytes;
-      l.age_sec = std::max<int64_t>(0, now_sec - s.ctime);
-      l.unheld_for_sec = std::chrono::duration<double>(now - it->second).count();
-      const ProcInfo* creator = table.Find(s.cpid);
-      l.creator_pid = s.cpid;
-      l.creator_source = "sysv:cpid";
-      l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
-      l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
-      l.last_holder_pid = s.lpid;
-      l.reclaimable = l.state == LeakState::kLeaked &&
-                      now - it->second >= std::chrono::duration_cast<SteadyClock::duration>(opts_.grace);
-      l.access_pid = p.access_pid;
-      l.sysv_cpid = s.cpid;
-      l.reclaim_auto = p.reclaim_auto;
-      p.leaked_bytes += l.bytes;
-      snap.leaked_bytes += l.bytes;
-      snap.leaks.push_back(std::move(l));
-    }
+    SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
   }
-  std::erase_if(history_, [&](const auto& kv) { return !live_keys.count(kv.first); });
-  std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv.count(kv.first); });
+  std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
+  std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
   snap.scans = ++scans_;
   snap.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
   return snap;

@@ -17,6 +17,7 @@
 
 #include "shmkeeper/discovery.h"
 #include "shmkeeper/proc_table.h"
+#include "shmkeeper/shm_dir.h"
 
 namespace shmkeeper {
 
@@ -131,9 +132,24 @@ class Scanner {
     bool unheld = false;
     std::chrono::steady_clock::time_point last_seen{};
   };
+  struct Clock {
+    std::chrono::steady_clock::time_point now;
+    int64_t now_sec = 0;  // wall clock, for ages
+  };
+  // The stages of Scan, in order.
+  std::vector<PodRecord> DiscoverPods() const;
+  void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
+  ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs) const;
+  void FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access, const Clock& clock,
+                 NodeSnapshot* snap);
+  void SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
+                 std::set<ino_t>* ipc_seen, NodeSnapshot* snap);
+
   ScanOptions opts_;
   std::map<FileKey, History> history_;
   std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
+  std::set<FileKey> live_keys_;                    // seen in the current scan
+  std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
   int64_t scans_ = 0;
 };
 
