@@ -43,6 +43,15 @@ std::string Seconds(const google::protobuf::Duration& d) {
   return std::to_string(s / 3600) + "h";
 }
 
+// One unary call with a deadline; a failed RPC becomes a Status naming the agent.
+template <typename Call>
+Status Unary(const AgentFlags& f, Call call) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = call(&ctx);
+  return s.ok() ? Status::Ok() : RpcError(f, s);
+}
+
 // Runs `body` with a connected stub; errors land in `outcome`.
 template <typename Body>
 std::function<void()> WithStub(const std::shared_ptr<AgentFlags>& flags, Outcome& outcome, Body body) {
@@ -57,11 +66,8 @@ std::function<void()> WithStub(const std::shared_ptr<AgentFlags>& flags, Outcome
 }
 
 Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::GetNodeResponse resp;
-  grpc::Status s = stub.GetNode(&ctx, {}, &resp);
-  if (!s.ok()) return RpcError(f, s);
+  SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.GetNode(ctx, {}, &resp); }));
   if (f.output == "json") return PrintJson(resp);
   const v1::Node& n = resp.node();
   PrintTable({{"node", n.hostname()},
@@ -78,11 +84,8 @@ Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
 }
 
 Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRequest& req) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::ListPodsResponse resp;
-  grpc::Status s = stub.ListPods(&ctx, req, &resp);
-  if (!s.ok()) return RpcError(f, s);
+  SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ListPods(ctx, req, &resp); }));
   if (f.output == "json") return PrintJson(resp);
   Rows rows = {{"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
   for (const v1::Pod& p : resp.pods()) {
@@ -113,22 +116,16 @@ Rows LeakRows(const google::protobuf::RepeatedPtrField<v1::Leak>& leaks) {
 }
 
 Status Leaks(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListLeaksRequest& req) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::ListLeaksResponse resp;
-  grpc::Status s = stub.ListLeaks(&ctx, req, &resp);
-  if (!s.ok()) return RpcError(f, s);
+  SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ListLeaks(ctx, req, &resp); }));
   if (f.output == "json") return PrintJson(resp);
   PrintTable(LeakRows(resp.leaks()));
   return Status::Ok();
 }
 
 Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ReclaimLeaksRequest& req) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::ReclaimLeaksResponse resp;
-  grpc::Status s = stub.ReclaimLeaks(&ctx, req, &resp);
-  if (!s.ok()) return RpcError(f, s);
+  SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ReclaimLeaks(ctx, req, &resp); }));
   if (f.output == "json") return PrintJson(resp);
   std::cout << (resp.dry_run() ? "would reclaim" : "reclaimed") << " " << resp.reclaimed_size() << " segment(s), "
             << Iec(resp.freed_bytes()) << (resp.dry_run() ? " (dry run; add --yes to remove)" : "") << "\n";
