@@ -67,6 +67,7 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
   shm->set_memcg_shmem_bytes(in.memcg_shmem_bytes);
   shm->set_requested_bytes(in.requested_bytes);
   shm->set_requested_source(in.requested_source);
+  shm->set_peak_used_bytes(in.peak_used_bytes);
   for (const SegmentRecord& s : in.top_segments) {
     v1::Segment* ps = out->add_top_segments();
     ps->set_path(s.path);

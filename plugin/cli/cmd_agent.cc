@@ -87,12 +87,12 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
   v1::ListPodsResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ListPods(ctx, req, &resp); }));
   if (f.output == "json") return PrintJson(resp);
-  Rows rows = {{"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
+  Rows rows = {{"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "PEAK", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
   for (const v1::Pod& p : resp.pods()) {
     const v1::ShmUsage& u = p.shm();
     std::string req_s = u.requested_bytes() ? Iec(u.requested_bytes()) + " (" + u.requested_source() + ")" : "-";
     rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), Kind(p.kind()), Iec(u.size_bytes()),
-                    Iec(u.used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()), Iec(u.sysv_bytes()),
+                    Iec(u.used_bytes()), Iec(u.peak_used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()), Iec(u.sysv_bytes()),
                     Iec(p.leaked_bytes()), req_s});
   }
   PrintTable(rows);

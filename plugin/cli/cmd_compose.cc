@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -32,7 +33,7 @@ ComposeCheckOptions Options(const ComposeFlags& f) {
   return o;
 }
 
-// Measured /dev/shm use of compose services, when an agent answers quickly.
+// The peak /dev/shm use the agent measured per compose service, when it answers quickly.
 void AddMeasured(const std::string& agent, ComposeCheckOptions* o) {
   std::string path = agent.starts_with("unix://") ? agent.substr(7) : agent;
   if (!path.starts_with("/") || !PathExists(path)) return;
@@ -47,7 +48,7 @@ void AddMeasured(const std::string& agent, ComposeCheckOptions* o) {
   for (const v1::Pod& p : resp.pods()) {
     if (p.kind() != v1::POD_KIND_COMPOSE) continue;
     int64_t& m = o->measured[p.compose_project() + "/" + p.compose_service()];
-    m = std::max(m, p.shm().used_bytes());
+    m = std::max({m, p.shm().used_bytes(), p.shm().peak_used_bytes()});
   }
 }
 

@@ -202,7 +202,15 @@ void Agent::Loop() {
 
 void Agent::ScanNow() {
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
-  auto next = std::make_shared<const NodeSnapshot>(scanner_.Scan());
+  NodeSnapshot snap = scanner_.Scan();
+  std::map<std::string, int64_t> peaks;  // pods that are gone drop out
+  for (PodRecord& p : snap.pods) {
+    int64_t& peak = peaks[p.key.uid];
+    peak = std::max({peak, p.used_bytes, peak_used_[p.key.uid]});
+    p.peak_used_bytes = peak;
+  }
+  peak_used_ = std::move(peaks);
+  auto next = std::make_shared<const NodeSnapshot>(std::move(snap));
   Publish(next);
   AutoReclaim(*next);
 }

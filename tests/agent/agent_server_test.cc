@@ -130,6 +130,18 @@ TEST_F(AgentServerTest, NodeAndPods) {
   EXPECT_EQ(pod.pod().top_segments(0).path(), shm_ + "/a");
 }
 
+TEST_F(AgentServerTest, PeakUsageOutlivesTheFiles) {
+  Write("big", 3 << 20);
+  agent_->ScanNow();
+  ::unlink((shm_ + "/big").c_str());
+  agent_->ScanNow();
+  v1::ListPodsResponse pods;
+  ASSERT_TRUE(ListPods({}, &pods).ok());
+  ASSERT_EQ(pods.pods_size(), 1);
+  EXPECT_EQ(pods.pods(0).shm().files(), 0);
+  EXPECT_GE(pods.pods(0).shm().peak_used_bytes(), 3 << 20);
+}
+
 TEST_F(AgentServerTest, BadRequestsGetCodesAndMessages) {
   struct Case {
     v1::ListPodsRequest req;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,6 +109,7 @@ class Agent {
   Scanner scanner_;
   mutable std::mutex mu_;
   std::shared_ptr<const NodeSnapshot> snapshot_;
+  std::map<std::string, int64_t> peak_used_;  // pod uid -> most used bytes seen; guarded by scan_mu_
   EventHub events_;
   std::atomic<bool> stop_{false};
   std::mutex loop_mu_;

@@ -50,6 +50,7 @@ struct PodRecord {
   int64_t started_sec = 0;
   // shm usage
   int64_t size_bytes = 0, used_bytes = 0, unlinked_bytes = 0;
+  int64_t peak_used_bytes = 0;  // the most used_bytes the agent has seen (set by the Agent)
   int32_t files = 0;
   int64_t sysv_bytes = 0;
   int32_t sysv_segments = 0;
