@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole shmkeeper test suite, as root on Debian 12:
-#   1. installs what the tests need (Debian packages only)
+#   1. installs what the tests need (Debian packages only) and checks formatting
 #   2. builds with g++ and runs the unit tests (ctest)
 #   3. builds with clang + AddressSanitizer/UBSan + libFuzzer, runs the unit
 #      tests and the real-runc integration tests on that build, and runs every
@@ -21,6 +21,10 @@ stage() { printf '\n==== %s\n' "$*"; }
 
 stage "dependencies"
 deploy/install-deps.sh test
+
+stage "format (clang-format --dry-run --Werror, .clang-format)"
+git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
+echo "formatted: $(git ls-files '*.cc' '*.h' '*.c' | wc -l) files"
 
 stage "build (g++)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

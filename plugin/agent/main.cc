@@ -68,8 +68,8 @@ int Run(int argc, char** argv) {
     Log("error", s.message());
     return 1;
   }
-  Log("info", "serving", {{"socket", config->agent.socket}, {"metrics_port", server.metrics_port()},
-                          {"tcp_port", server.tcp_port()}});
+  Log("info", "serving",
+      {{"socket", config->agent.socket}, {"metrics_port", server.metrics_port()}, {"tcp_port", server.tcp_port()}});
   int sig = 0;
   sigwait(&set, &sig);
   Log("info", "stopping", {{"signal", sig}});

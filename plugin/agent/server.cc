@@ -115,7 +115,8 @@ Status AgentServer::StartHttp() {
     std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
     res.set_content(RenderMetrics(snap.get(), *agent), "text/plain; version=0.0.4");
   });
-  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  http_->Get("/healthz",
+             [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   http_->Get("/readyz", [agent](const httplib::Request&, httplib::Response& res) {
     bool ready = agent->Ready();
     res.status = ready ? 200 : 503;

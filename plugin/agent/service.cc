@@ -38,7 +38,8 @@ grpc::Status ShmKeeperService::ListPods(grpc::ServerContext*, const v1::ListPods
   if (!offset.ok()) return ToGrpc(offset.status());
   Result<std::vector<PodRecord>> pods = agent_->ListPods({req->namespace_(), req->selector(), req->only_with_leaks()});
   if (!pods.ok()) return ToGrpc(pods.status());
-  size_t end = req->page_size() ? std::min(pods->size(), *offset + static_cast<size_t>(req->page_size())) : pods->size();
+  size_t end =
+      req->page_size() ? std::min(pods->size(), *offset + static_cast<size_t>(req->page_size())) : pods->size();
   for (size_t i = *offset; i < end; ++i) ToProto((*pods)[i], resp->add_pods());
   if (end < pods->size()) resp->set_next_page_token(std::to_string(end));
   return grpc::Status::OK;

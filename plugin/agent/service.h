@@ -15,8 +15,7 @@ class ShmKeeperService final : public v1::ShmKeeper::Service {
   grpc::Status ListPods(grpc::ServerContext*, const v1::ListPodsRequest*, v1::ListPodsResponse*) override;
   grpc::Status GetPod(grpc::ServerContext*, const v1::GetPodRequest*, v1::GetPodResponse*) override;
   grpc::Status ListLeaks(grpc::ServerContext*, const v1::ListLeaksRequest*, v1::ListLeaksResponse*) override;
-  grpc::Status ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest*,
-                            v1::ReclaimLeaksResponse*) override;
+  grpc::Status ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest*, v1::ReclaimLeaksResponse*) override;
   grpc::Status Watch(grpc::ServerContext*, const v1::WatchRequest*, grpc::ServerWriter<v1::Event>*) override;
 
  private:

@@ -16,7 +16,9 @@ void AgentFlags::Add(CLI::App* cmd) {
   cmd->add_option("--tls-cert", tls_cert, "Client certificate (PEM) for mTLS");
   cmd->add_option("--tls-key", tls_key, "Client key (PEM) for mTLS");
   cmd->add_flag("--insecure", insecure, "Plaintext TCP (only for an agent configured with tcp.insecure)");
-  cmd->add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_option("-o,--output", output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
 }
 
 Result<std::unique_ptr<v1::ShmKeeper::Stub>> Connect(const AgentFlags& f) {

@@ -10,8 +10,8 @@ namespace shmkeeper::cli {
 
 // What a verb's callback hands back to main, which turns it into the exit.
 struct Outcome {
-  Status status;     // non-OK: printed as "shmkeeper: <message>", exit 1 (2 for bad input)
-  int exit_code = 0; // used when status is OK (e.g. 1 for "findings")
+  Status status;      // non-OK: printed as "shmkeeper: <message>", exit 1 (2 for bad input)
+  int exit_code = 0;  // used when status is OK (e.g. 1 for "findings")
 };
 
 using Registrar = void (*)(CLI::App& app, Outcome& outcome);

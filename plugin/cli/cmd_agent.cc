@@ -87,13 +87,14 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
   v1::ListPodsResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ListPods(ctx, req, &resp); }));
   if (f.output == "json") return PrintJson(resp);
-  Rows rows = {{"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "PEAK", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
+  Rows rows = {
+      {"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "PEAK", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
   for (const v1::Pod& p : resp.pods()) {
     const v1::ShmUsage& u = p.shm();
     std::string req_s = u.requested_bytes() ? Iec(u.requested_bytes()) + " (" + u.requested_source() + ")" : "-";
     rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), Kind(p.kind()), Iec(u.size_bytes()),
-                    Iec(u.used_bytes()), Iec(u.peak_used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()), Iec(u.sysv_bytes()),
-                    Iec(p.leaked_bytes()), req_s});
+                    Iec(u.used_bytes()), Iec(u.peak_used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()),
+                    Iec(u.sysv_bytes()), Iec(p.leaked_bytes()), req_s});
   }
   PrintTable(rows);
   return Status::Ok();
@@ -105,9 +106,9 @@ Rows LeakRows(const google::protobuf::RepeatedPtrField<v1::Leak>& leaks) {
     std::string state = v1::LeakState_Name(l.state()).substr(11);
     for (char& c : state) c = static_cast<char>(std::tolower(c));
     const v1::LeakEvidence& e = l.evidence();
-    std::string creator = e.creator_pid() ? "pid " + std::to_string(e.creator_pid()) +
-                                                (e.creator_dead() ? " (dead)" : " (alive)")
-                                          : (e.name_pattern().empty() ? "?" : e.name_pattern());
+    std::string creator = e.creator_pid()
+                              ? "pid " + std::to_string(e.creator_pid()) + (e.creator_dead() ? " (dead)" : " (alive)")
+                              : (e.name_pattern().empty() ? "?" : e.name_pattern());
     rows.push_back({PodName(l.pod().namespace_(), l.pod().name()),
                     l.sysv_id() >= 0 ? "sysv:" + std::to_string(l.sysv_id()) : l.path(), Iec(l.bytes()), state,
                     Seconds(l.age()), Seconds(l.unheld_for()), creator, l.reclaimable() ? "yes" : "no"});
@@ -149,8 +150,8 @@ Status Watch(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::WatchRequ
       continue;
     }
     std::string type = v1::EventType_Name(e.type()).substr(11);
-    std::cout << TimeUtil::ToString(e.time()) << "  " << type << "  "
-              << PodName(e.pod().namespace_(), e.pod().name()) << "  " << e.message() << std::endl;
+    std::cout << TimeUtil::ToString(e.time()) << "  " << type << "  " << PodName(e.pod().namespace_(), e.pod().name())
+              << "  " << e.message() << std::endl;
   }
   grpc::Status s = reader->Finish();
   return s.ok() ? Status::Ok() : RpcError(f, s);

@@ -10,8 +10,9 @@ namespace shmkeeper::cli {
 void RegisterDoctor(CLI::App& app, Outcome& outcome) {
   auto output = std::make_shared<std::string>("table");
   auto shm = std::make_shared<std::string>("/dev/shm");
-  CLI::App* cmd = app.add_subcommand("doctor", "Diagnose /dev/shm on this host or in this container "
-                                               "(also a static binary: shmkeeper-doctor)");
+  CLI::App* cmd = app.add_subcommand("doctor",
+                                     "Diagnose /dev/shm on this host or in this container "
+                                     "(also a static binary: shmkeeper-doctor)");
   cmd->add_option("-o,--output", *output, "table or json")->check(CLI::IsMember({"table", "json"}));
   cmd->add_option("--shm", *shm, "The shared memory directory to examine");
   cmd->callback([output, shm, &outcome] {

@@ -9,8 +9,7 @@ namespace {
 constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent, RegisterCompose, RegisterDoctor};
 
 int Run(int argc, char** argv) {
-  CLI::App app{"shmkeeper: right-sized /dev/shm and visible, safe shared memory for containers",
-               "shmkeeper"};
+  CLI::App app{"shmkeeper: right-sized /dev/shm and visible, safe shared memory for containers", "shmkeeper"};
   app.set_version_flag("--version", std::string("shmkeeper ") + SHMKEEPER_VERSION);
   app.require_subcommand(1);
   Outcome outcome;

@@ -40,8 +40,9 @@ std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next)
     }
     const PodRecord& old = *it->second;
     if (old.size_bytes && p.size_bytes && old.size_bytes != p.size_bytes) {
-      AgentEvent e = MakeEvent(EventKind::kResizeApplied, p.key,
-                               "/dev/shm resized from " + FormatSize(old.size_bytes) + " to " + FormatSize(p.size_bytes));
+      AgentEvent e =
+          MakeEvent(EventKind::kResizeApplied, p.key,
+                    "/dev/shm resized from " + FormatSize(old.size_bytes) + " to " + FormatSize(p.size_bytes));
       e.bytes = p.size_bytes;
       out.push_back(e);
     }
@@ -384,8 +385,8 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
 }
 
 const char* EventKindName(EventKind kind) {
-  static constexpr const char* kNames[] = {"?", "pod_started", "pod_stopped", "resize_applied",
-                                           "usage_high", "leak_found", "leak_reclaimed"};
+  static constexpr const char* kNames[] = {"?",          "pod_started", "pod_stopped",   "resize_applied",
+                                           "usage_high", "leak_found",  "leak_reclaimed"};
   return kNames[static_cast<int>(kind)];
 }
 

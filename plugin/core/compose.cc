@@ -196,8 +196,8 @@ Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, int
   const std::map<std::string, Service>& scope = base_file.empty() ? all : other;
   auto it = scope.find(base_name);
   if (it == scope.end()) {
-    return BadAt(At(e.file, e.value), "extends: no service '" + base_name + "'" +
-                                          (base_file.empty() ? "" : " in " + base_file));
+    return BadAt(At(e.file, e.value),
+                 "extends: no service '" + base_name + "'" + (base_file.empty() ? "" : " in " + base_file));
   }
   Service base = it->second;
   SHMK_RETURN_IF_ERROR(ResolveExtends(&base, scope, depth + 1));
@@ -245,7 +245,8 @@ int NumWorkers(const std::string& blob) {
     size_t p = at + std::string(key).size();
     while (p < blob.size() && (blob[p] == '=' || blob[p] == ' ' || blob[p] == ':' || blob[p] == '"')) ++p;
     int n = 0;
-    while (p < blob.size() && std::isdigit(static_cast<unsigned char>(blob[p])) && n < 100000) n = n * 10 + (blob[p++] - '0');
+    while (p < blob.size() && std::isdigit(static_cast<unsigned char>(blob[p])) && n < 100000)
+      n = n * 10 + (blob[p++] - '0');
     if (n > 0) return n;
   }
   return 0;
@@ -259,9 +260,15 @@ Need Evidence(const Service& s) {
     int64_t bytes;
   };
   static constexpr Hint kHints[] = {
-      {"vllm", "vLLM", 8 * kGiB},       {"sglang", "SGLang", 8 * kGiB},      {"nccl", "NCCL", 8 * kGiB},
-      {"triton", "Triton", 4 * kGiB},   {"ray", "Ray", 4 * kGiB},            {"torch", "PyTorch", 2 * kGiB},
-      {"tensorflow", "TensorFlow", 2 * kGiB}, {"dali", "DALI", 2 * kGiB},   {"jupyter", "Jupyter", 1 * kGiB},
+      {"vllm", "vLLM", 8 * kGiB},
+      {"sglang", "SGLang", 8 * kGiB},
+      {"nccl", "NCCL", 8 * kGiB},
+      {"triton", "Triton", 4 * kGiB},
+      {"ray", "Ray", 4 * kGiB},
+      {"torch", "PyTorch", 2 * kGiB},
+      {"tensorflow", "TensorFlow", 2 * kGiB},
+      {"dali", "DALI", 2 * kGiB},
+      {"jupyter", "Jupyter", 1 * kGiB},
   };
   std::string blob;
   for (const char* k : {"image", "command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
@@ -302,7 +309,8 @@ bool DockerfileRunsTorchTests(const Service& s) {
   std::string context = ".", dockerfile = "Dockerfile";
   if (b->second.value.IsScalar()) context = b->second.value.Scalar();
   if (b->second.value.IsMap()) {
-    if (b->second.value["context"] && b->second.value["context"].IsScalar()) context = b->second.value["context"].Scalar();
+    if (b->second.value["context"] && b->second.value["context"].IsScalar())
+      context = b->second.value["context"].Scalar();
     if (b->second.value["dockerfile"] && b->second.value["dockerfile"].IsScalar()) {
       dockerfile = b->second.value["dockerfile"].Scalar();
     }
@@ -322,7 +330,8 @@ struct Checked {
 
 void Add(ComposeReport* r, std::string code, Severity sev, std::string service, SourcePos pos, std::string msg,
          std::string suggestion) {
-  r->findings.push_back({std::move(code), sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion)});
+  r->findings.push_back(
+      {std::move(code), sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion)});
 }
 
 // Misplaced or misspelled shm keys inside `map` (a service, its deploy or environment).
@@ -410,7 +419,8 @@ Status CheckService(const Service& s, const ComposeCheckOptions& o, Checked* c) 
   } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
              !ipc.starts_with("container:") && ipc != "host") {
     Add(&r, "missing-shm-size", Severity::kWarning, s.name, s.pos,
-        "service " + need.reason + " but sets no shm_size: Docker gives it a 64MiB /dev/shm", "shm_size: \"" + suggest + "\"");
+        "service " + need.reason + " but sets no shm_size: Docker gives it a 64MiB /dev/shm",
+        "shm_size: \"" + suggest + "\"");
   }
   auto build = s.keys.find("build");
   if (build != s.keys.end() && DockerfileRunsTorchTests(s) &&
@@ -472,10 +482,10 @@ Result<Checked> Run(const ComposeCheckOptions& o) {
   for (auto& [name, s] : resolved) SHMK_RETURN_IF_ERROR(ResolveExtends(&s, c.services, 0));
   c.services = std::move(resolved);
   for (const auto& [name, s] : c.services) SHMK_RETURN_IF_ERROR(CheckService(s, opts, &c));
-  std::stable_sort(c.report.findings.begin(), c.report.findings.end(),
-                   [](const ComposeFinding& a, const ComposeFinding& b) {
-                     return std::tie(a.pos.file, a.pos.line, a.pos.column) < std::tie(b.pos.file, b.pos.line, b.pos.column);
-                   });
+  std::stable_sort(
+      c.report.findings.begin(), c.report.findings.end(), [](const ComposeFinding& a, const ComposeFinding& b) {
+        return std::tie(a.pos.file, a.pos.line, a.pos.column) < std::tie(b.pos.file, b.pos.line, b.pos.column);
+      });
   return c;
 }
 
@@ -538,7 +548,8 @@ int ScalarLength(const std::string& line, int col) {
     return close == std::string::npos ? 0 : static_cast<int>(close) - col + 1;
   }
   size_t end = line.find(" #", static_cast<size_t>(col));
-  std::string v = line.substr(static_cast<size_t>(col), end == std::string::npos ? std::string::npos : end - static_cast<size_t>(col));
+  std::string v = line.substr(static_cast<size_t>(col),
+                              end == std::string::npos ? std::string::npos : end - static_cast<size_t>(col));
   while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ' || v.back() == '\t')) v.pop_back();
   return static_cast<int>(v.size());
 }
@@ -637,10 +648,14 @@ namespace {
 Status OneLine(const Status& s) {
   std::string out;
   for (unsigned char ch : s.message()) {
-    if (ch == '\n') out += "\\n";
-    else if (ch == '\r') out += "\\r";
-    else if (ch < 0x20 || ch == 0x7f) out += "\\x" + std::string(1, "0123456789abcdef"[ch >> 4]) + "0123456789abcdef"[ch & 15];
-    else out += static_cast<char>(ch);
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\r')
+      out += "\\r";
+    else if (ch < 0x20 || ch == 0x7f)
+      out += "\\x" + std::string(1, "0123456789abcdef"[ch >> 4]) + "0123456789abcdef"[ch & 15];
+    else
+      out += static_cast<char>(ch);
   }
   return s.IsUserError() ? Status::Invalid(out) : Status::Internal(out);
 }
@@ -737,13 +752,14 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
     if (f.pos.file != fix.file && f.code != "missing-shm-size" && f.code != "ipc-host-for-shm") continue;
     if (f.code == "missing-shm-size" && sized.count(f.service)) continue;
     int li = f.pos.line - 1, col = f.pos.column - 1;
-    const std::string* line = li >= 0 && li < static_cast<int>(lines.size()) ? &lines[static_cast<size_t>(li)] : nullptr;
+    const std::string* line =
+        li >= 0 && li < static_cast<int>(lines.size()) ? &lines[static_cast<size_t>(li)] : nullptr;
     if (f.code == "misspelled-key" && line) {
       // The key's own text: plain up to the ':', or a quoted scalar.
       size_t colon = line->find(':', static_cast<size_t>(col));
       char q = (*line)[static_cast<size_t>(col)];
       int len = q == '"' || q == '\'' ? ScalarLength(*line, col)
-                                       : static_cast<int>((colon == std::string::npos ? line->size() : colon)) - col;
+                                      : static_cast<int>((colon == std::string::npos ? line->size() : colon)) - col;
       std::string old = line->substr(static_cast<size_t>(col), static_cast<size_t>(len));
       while (!old.empty() && (old.back() == ' ' || old.back() == '\t')) old.pop_back();
       len = static_cast<int>(old.size());
@@ -763,12 +779,12 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
       int at = 0;
       std::string indent;
       if (!insert_point(svc_node(f.service), &at, &indent)) {
-        fix.skipped.push_back(f.pos.ToString() + ": service '" + f.service +
-                              "' is not a block mapping in " + fix.file + "; add shm_size by hand");
+        fix.skipped.push_back(f.pos.ToString() + ": service '" + f.service + "' is not a block mapping in " + fix.file +
+                              "; add shm_size by hand");
         continue;
       }
-      edits.push_back(
-          {at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(size_for(f.service)) + eol, fix.changes.size()});
+      edits.push_back({at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(size_for(f.service)) + eol,
+                       fix.changes.size()});
       fix.changes.push_back(fix.file + ":" + std::to_string(at + 1) + ": added shm_size " + size_for(f.service) +
                             " to service '" + f.service + "'");
     } else if (f.code == "misplaced-shm-size" && line && !f.service.empty()) {

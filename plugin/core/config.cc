@@ -68,9 +68,12 @@ Status SetPathList(const YAML::Node& n, std::vector<std::string>* out) {
 
 Status SetBool(const YAML::Node& n, bool* out) {
   SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
-  if (text == "true") *out = true;
-  else if (text == "false") *out = false;
-  else return Status::Invalid("\"" + text + "\" is not true or false");
+  if (text == "true")
+    *out = true;
+  else if (text == "false")
+    *out = false;
+  else
+    return Status::Invalid("\"" + text + "\" is not true or false");
   return Status::Ok();
 }
 
@@ -91,12 +94,9 @@ const Field kFields[] = {
        SHMK_ASSIGN_OR_RETURN(c->shm.max_bytes, SizeOrAuto(n));
        return Status::Ok();
      }},
-    {"shm.overMax",
-     [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOverMaxNames, &c->shm.over_max); }},
+    {"shm.overMax", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOverMaxNames, &c->shm.over_max); }},
     {"onInternalError",
-     [](const YAML::Node& n, Config* c) {
-       return ParseEnum(n, kOnErrorNames, &c->on_internal_error);
-     }},
+     [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOnErrorNames, &c->on_internal_error); }},
     {"runtime.path",
      [](const YAML::Node& n, Config* c) -> Status {
        if (n.IsNull()) return Status::Ok();
@@ -159,9 +159,7 @@ Status Walk(const YAML::Node& map, const std::string& prefix, const std::string&
     const YAML::Node& k = kv.first;
     std::string key = k.IsScalar() ? k.Scalar() : "?";
     std::string full = prefix.empty() ? key : prefix + "." + key;
-    auto at = [&](const YAML::Node& n, const std::string& why) {
-      return Status::Invalid(Where(name, n) + ": " + why);
-    };
+    auto at = [&](const YAML::Node& n, const std::string& why) { return Status::Invalid(Where(name, n) + ": " + why); };
     if (!seen.insert(key).second) return at(k, "duplicate key '" + full + "'");
     const Field* field = nullptr;
     for (const Field& f : kFields) {
@@ -188,8 +186,8 @@ Status Validate(const YAML::Node& root, const std::string& name, const Config& c
                            "insecure: true to serve plaintext");
   }
   if (c.shm.default_bytes && c.shm.max_bytes && *c.shm.default_bytes > *c.shm.max_bytes) {
-    return Status::Invalid(Where(name, root["shm"]["default"]) + ": key 'shm.default': " +
-                           FormatSize(*c.shm.default_bytes) + " is larger than shm.max " +
+    return Status::Invalid(Where(name, root["shm"]["default"]) +
+                           ": key 'shm.default': " + FormatSize(*c.shm.default_bytes) + " is larger than shm.max " +
                            FormatSize(*c.shm.max_bytes));
   }
   return Status::Ok();
@@ -214,8 +212,8 @@ Result<Config> ParseConfig(std::string_view yaml, const std::string& name) {
     SHMK_RETURN_IF_ERROR(Walk(root, "", name, &c));
     SHMK_RETURN_IF_ERROR(Validate(root, name, c));
   } catch (const YAML::Exception& e) {
-    return Status::Invalid(name + ":" + std::to_string(e.mark.line + 1) + ":" +
-                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return Status::Invalid(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                           ": " + e.msg);
   }
   return c;
 }
@@ -268,8 +266,10 @@ nlohmann::json ConfigToJson(const Config& c) {
         {"runtimeRoots", c.agent.runtime_roots},
         {"dockerSocket", c.agent.docker_socket},
         {"hostShmDirs", c.agent.host_shm_dirs},
-        {"tcp", {{"address", c.agent.tcp.address}, {"mtls", !c.agent.tcp.client_ca_file.empty()},
-                 {"insecure", c.agent.tcp.insecure}}}}},
+        {"tcp",
+         {{"address", c.agent.tcp.address},
+          {"mtls", !c.agent.tcp.client_ca_file.empty()},
+          {"insecure", c.agent.tcp.insecure}}}}},
       {"leaks",
        {{"grace", std::to_string(c.leaks.grace.count()) + "s"},
         {"reclaim", kReclaimNames[static_cast<size_t>(c.leaks.reclaim)]}}},

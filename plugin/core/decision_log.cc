@@ -36,15 +36,18 @@ std::string NowRfc3339() {
   ::gmtime_r(&ts.tv_sec, &tm);
   // snprintf rather than strftime: strftime loads the time zone database.
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec);
   return buf;
 }
 
 Json DecisionRecord(const std::string& container_id, const ShmPlan& plan) {
-  Json r = {{"time", NowRfc3339()},       {"level", "info"},
-            {"msg", "shm decision"},      {"container", container_id},
-            {"action", ShmActionName(plan.action)}, {"old_bytes", plan.old_bytes}};
+  Json r = {{"time", NowRfc3339()},
+            {"level", "info"},
+            {"msg", "shm decision"},
+            {"container", container_id},
+            {"action", ShmActionName(plan.action)},
+            {"old_bytes", plan.old_bytes}};
   if (plan.action != ShmAction::kSkip) {
     r["source"] = plan.source;
     r["requested"] = plan.requested;
@@ -67,12 +70,10 @@ std::string RuntimeLogLine(const std::string& format, const char* level, const s
     return DumpJson(j);
   }
   // logrus text: msg quoted with JSON string escaping.
-  return "time=\"" + NowRfc3339() + "\" level=" + level + " msg=" +
-         DumpJson(Json(msg));
+  return "time=\"" + NowRfc3339() + "\" level=" + level + " msg=" + DumpJson(Json(msg));
 }
 
-Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level,
-                        const std::string& msg) {
+Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level, const std::string& msg) {
   if (path.empty()) return Status::Ok();
   return AppendLine(path, RuntimeLogLine(format, level, msg));
 }

@@ -1,9 +1,8 @@
 #include "shmkeeper/discovery.h"
 
 #include <dirent.h>
-#include <sys/socket.h>
-
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <memory>
 
@@ -81,12 +80,11 @@ bool ReadState(const std::string& root, const std::string& id, const std::string
 }  // namespace
 
 std::vector<std::string> DefaultRuntimeRoots() {
-  return {"/run/docker/runtime-runc/moby", "/run/containerd/runc/k8s.io", "/run/containerd/runc/default",
-          "/run/runc", "/run/crun"};
+  return {"/run/docker/runtime-runc/moby", "/run/containerd/runc/k8s.io", "/run/containerd/runc/default", "/run/runc",
+          "/run/crun"};
 }
 
-std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots,
-                                                const std::string& proc) {
+std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots, const std::string& proc) {
   std::vector<ContainerRecord> out;
   for (const std::string& root : roots) {
     for (const std::string& id : ListDir(root)) {

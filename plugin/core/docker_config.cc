@@ -1,8 +1,9 @@
 #include "shmkeeper/docker_config.h"
 
 #include <signal.h>
-#include <cerrno>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "shmkeeper/fileutil.h"
 #include "shmkeeper/os.h"
@@ -74,12 +75,8 @@ Status RemoveBackups(const std::string& daemon_json) {
 
 }  // namespace
 
-std::string DockerBackupPath(const std::string& daemon_json) {
-  return daemon_json + ".shmkeeper-backup";
-}
-std::string DockerAbsentMarkerPath(const std::string& daemon_json) {
-  return daemon_json + ".shmkeeper-absent";
-}
+std::string DockerBackupPath(const std::string& daemon_json) { return daemon_json + ".shmkeeper-backup"; }
+std::string DockerAbsentMarkerPath(const std::string& daemon_json) { return daemon_json + ".shmkeeper-absent"; }
 
 Json WithDockerRuntime(Json daemon, const DockerInstallOptions& opts) {
   Json entry = {{"path", opts.runtime_path}};
@@ -97,8 +94,7 @@ Json WithoutDockerRuntime(Json daemon, const Json& original, const std::string& 
     if (daemon["runtimes"].empty() && !had) daemon.erase("runtimes");
   }
   if (daemon.value("default-runtime", "") == runtime_name) {
-    if (original.is_object() && original.contains("default-runtime") &&
-        original["default-runtime"] != runtime_name) {
+    if (original.is_object() && original.contains("default-runtime") && original["default-runtime"] != runtime_name) {
       daemon["default-runtime"] = original["default-runtime"];
     } else {
       daemon.erase("default-runtime");

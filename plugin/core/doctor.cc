@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "shmkeeper/fileutil.h"
-#include "shmkeeper/procfs.h"
 #include "shmkeeper/proc_table.h"
+#include "shmkeeper/procfs.h"
 #include "shmkeeper/shm_dir.h"
 #include "shmkeeper/size.h"
 
@@ -139,11 +139,13 @@ void Fixes(DoctorReport* r) {
     r->fixes = {"docker run --shm-size=" + docker_size + " ...",
                 "docker-compose: shm_size: \"" + docker_size + "b\" under the service",
                 "node-wide, once: shmkeeper install docker --set-as-default (every container then gets the "
-                "policy size; -e SHMKEEPER_SHM_SIZE=" + docker_size + " asks for more)"};
+                "policy size; -e SHMKEEPER_SHM_SIZE=" +
+                    docker_size + " asks for more)"};
   } else if (e == "podman") {
     r->fixes = {"podman run --shm-size=" + docker_size + " ...",
-                "podman run --annotation shmkeeper.io/shm-size=" + size.substr(0, size.size() - 1) + " ... "
-                "(with shmkeeper install podman on the host)"};
+                "podman run --annotation shmkeeper.io/shm-size=" + size.substr(0, size.size() - 1) +
+                    " ... "
+                    "(with shmkeeper install podman on the host)"};
   } else if (e.starts_with("kubernetes")) {
     std::string k8s = size.substr(0, size.size() - 1);  // "2GiB" -> "2Gi"
     r->fixes = {"pod annotation shmkeeper.io/shm-size: \"" + k8s + "\" (shmkeeper on the node)",
@@ -176,8 +178,9 @@ void Frameworks(const DoctorOptions& o, const DoctorReport& r, std::vector<std::
     torch_files |= name.starts_with("torch_");
   }
   if (torch || torch_files) {
-    w->push_back("PyTorch: DataLoader workers pass batches through /dev/shm; it needs about num_workers x "
-                 "prefetch_factor (2) x batch bytes, or workers die with \"Bus error\"");
+    w->push_back(
+        "PyTorch: DataLoader workers pass batches through /dev/shm; it needs about num_workers x "
+        "prefetch_factor (2) x batch bytes, or workers die with \"Bus error\"");
   }
   if (ray) w->push_back("Ray: the object store wants /dev/shm of at least 30% of RAM; smaller, it falls back to /tmp");
   if (nccl) w->push_back("NCCL: /dev/shm/nccl-* files are per communicator; leaked ones stay until removed");
@@ -256,9 +259,15 @@ Json DoctorToJson(const DoctorReport& r) {
   for (const SysvSegment& s : r.sysv) {
     sysv.push_back({{"shmid", s.shmid}, {"bytes", s.bytes}, {"nattch", s.nattch}, {"cpid", s.cpid}});
   }
-  return {{"shm", {{"path", r.shm_path}, {"present", r.present}, {"size_bytes", r.size_bytes},
-                   {"used_bytes", r.used_bytes}, {"free_bytes", r.free_bytes}, {"source", r.mount_source},
-                   {"fstype", r.fstype}, {"options", r.mount_options}}},
+  return {{"shm",
+           {{"path", r.shm_path},
+            {"present", r.present},
+            {"size_bytes", r.size_bytes},
+            {"used_bytes", r.used_bytes},
+            {"free_bytes", r.free_bytes},
+            {"source", r.mount_source},
+            {"fstype", r.fstype},
+            {"options", r.mount_options}}},
           {"ipc", {{"namespace", r.ipc_ns}, {"host", r.host_ipc}}},
           {"engine", r.engine},
           {"in_container", r.in_container},
@@ -273,10 +282,12 @@ Json DoctorToJson(const DoctorReport& r) {
 
 std::string DoctorToText(const DoctorReport& r) {
   std::ostringstream o;
-  auto row = [&](const std::string& k, const std::string& v) { o << k << std::string(16 - std::min<size_t>(15, k.size()), ' ') << v << "\n"; };
+  auto row = [&](const std::string& k, const std::string& v) {
+    o << k << std::string(16 - std::min<size_t>(15, k.size()), ' ') << v << "\n";
+  };
   if (r.present) {
-    row(r.shm_path, FormatSize(r.size_bytes) + ", " + FormatSize(r.used_bytes) + " used, " + FormatSize(r.free_bytes) +
-                        " free");
+    row(r.shm_path,
+        FormatSize(r.size_bytes) + ", " + FormatSize(r.used_bytes) + " used, " + FormatSize(r.free_bytes) + " free");
     row("mount", r.fstype + " \"" + r.mount_source + "\" " + r.mount_options);
   } else {
     row(r.shm_path, "missing");

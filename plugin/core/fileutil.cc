@@ -60,8 +60,7 @@ std::string DirName(const std::string& path) {
 
 }  // namespace
 
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode,
-                       bool sync_dir) {
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode, bool sync_dir) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) mode = st.st_mode & 07777;
   std::string tmpl = path + ".shmkeeper-XXXXXX";

@@ -107,8 +107,8 @@ std::string DisplayPath(const PodRecord& p, const std::string& rel) {
 }
 
 // The `n` largest files, with their holders and the holders' commands.
-std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files,
-                                       const ProcTable& table, size_t n, const std::string& proc) {
+std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
+                                       size_t n, const std::string& proc) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   n = std::min(n, idx.size());
@@ -155,8 +155,8 @@ void FinishLeak(LeakRecord l, const PodRecord& p, SteadyClock::time_point now, S
   l.pod = p.key;
   l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
   l.unheld_for_sec = std::chrono::duration<double>(now - first_unheld).count();
-  l.reclaimable = l.state == LeakState::kLeaked &&
-                  now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
+  l.reclaimable =
+      l.state == LeakState::kLeaked && now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
   l.access_pid = p.access_pid;
   l.host_dir = p.host_dir;
   l.reclaim_auto = p.reclaim_auto;
@@ -343,8 +343,6 @@ const char* PodKindName(PodKind kind) {
   return "?";
 }
 
-const char* LeakStateName(LeakState state) {
-  return state == LeakState::kLeaked ? "leaked" : "orphaned";
-}
+const char* LeakStateName(LeakState state) { return state == LeakState::kLeaked ? "leaked" : "orphaned"; }
 
 }  // namespace shmkeeper

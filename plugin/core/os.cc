@@ -22,9 +22,8 @@ unsigned long MountFlagsFromStatvfs(unsigned long st) {
     unsigned long st, ms;
   };
   static constexpr Pair kPairs[] = {
-      {ST_RDONLY, MS_RDONLY}, {ST_NOSUID, MS_NOSUID}, {ST_NODEV, MS_NODEV},
-      {ST_NOEXEC, MS_NOEXEC}, {ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME},
-      {ST_RELATIME, MS_RELATIME},
+      {ST_RDONLY, MS_RDONLY},   {ST_NOSUID, MS_NOSUID},         {ST_NODEV, MS_NODEV},       {ST_NOEXEC, MS_NOEXEC},
+      {ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME}, {ST_RELATIME, MS_RELATIME},
   };
   unsigned long ms = 0;
   for (const Pair& p : kPairs) {
@@ -92,8 +91,7 @@ bool IsExecutableFile(const std::string& path) {
 
 bool SameFile(const std::string& a, const std::string& b) {
   struct stat sa, sb;
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 }  // namespace

@@ -108,9 +108,12 @@ unsigned HexField(const char*& p) {
   unsigned v = 0;
   for (;; ++p) {
     char c = *p;
-    if (c >= '0' && c <= '9') v = v * 16 + static_cast<unsigned>(c - '0');
-    else if (c >= 'a' && c <= 'f') v = v * 16 + static_cast<unsigned>(c - 'a' + 10);
-    else return v;
+    if (c >= '0' && c <= '9')
+      v = v * 16 + static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v = v * 16 + static_cast<unsigned>(c - 'a' + 10);
+    else
+      return v;
   }
 }
 
@@ -192,7 +195,8 @@ ProcTable Scan(const std::string& proc, const Want& want, const std::set<unsigne
   size_t chunk = (pids.size() + threads - 1) / threads;
   for (unsigned t = 0; t < threads; ++t) {
     size_t b = std::min(pids.size(), t * chunk), e = std::min(pids.size(), b + chunk);
-    workers.emplace_back([&, b, e, t] { ScanRange(proc, pids, b, e, self_pid_ns, majors, scan_files, want, &parts[t]); });
+    workers.emplace_back(
+        [&, b, e, t] { ScanRange(proc, pids, b, e, self_pid_ns, majors, scan_files, want, &parts[t]); });
   }
   for (std::thread& w : workers) w.join();
   ProcTable table;
@@ -217,8 +221,7 @@ bool ReadProcStat(pid_t pid, std::string* comm, uint64_t* start_ticks, const std
 }
 
 const ProcInfo* ProcTable::Find(pid_t pid) const {
-  auto it = std::lower_bound(procs.begin(), procs.end(), pid,
-                             [](const ProcInfo& p, pid_t v) { return p.pid < v; });
+  auto it = std::lower_bound(procs.begin(), procs.end(), pid, [](const ProcInfo& p, pid_t v) { return p.pid < v; });
   return it != procs.end() && it->pid == pid ? &*it : nullptr;
 }
 

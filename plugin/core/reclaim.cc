@@ -72,7 +72,7 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
   for (const LeakRecord& l : candidates) {
     if (!l.reclaimable) {
       out.skipped.push_back({l, l.state == LeakState::kLeaked ? "unheld for less than leaks.grace"
-                                                                : "orphaned: its creator is not known to be dead"});
+                                                              : "orphaned: its creator is not known to be dead"});
       continue;
     }
     Status s = l.sysv_id >= 0 ? (dry_run ? Status::Ok() : RemoveSysvShm(l.access_pid, l.sysv_id, l.sysv_cpid, proc))

@@ -8,8 +8,8 @@ namespace shmkeeper {
 namespace {
 
 // Global flags of runc and crun that take a value.
-constexpr std::array<std::string_view, 8> kGlobalValueFlags = {
-    "root", "log", "log-format", "log-level", "criu", "rootless", "cgroup-manager", "config"};
+constexpr std::array<std::string_view, 8> kGlobalValueFlags = {"root", "log",      "log-format",     "log-level",
+                                                               "criu", "rootless", "cgroup-manager", "config"};
 // create/run flags that take a value.
 constexpr std::array<std::string_view, 6> kCreateValueFlags = {
     "bundle", "b", "console-socket", "pid-file", "preserve-fds", "pidfd-socket"};

@@ -44,8 +44,7 @@ bool OwnsShmSource(const Spec& spec, const std::string& source, const std::strin
   return false;
 }
 
-Result<ShmTarget> ClassifyHostTmpfs(const Spec& spec, const std::string& source,
-                                    const std::string& id, Os& os) {
+Result<ShmTarget> ClassifyHostTmpfs(const Spec& spec, const std::string& source, const std::string& id, Os& os) {
   if (source == "/dev/shm") return Unmanaged("/dev/shm is the host's");
   if (!OwnsShmSource(spec, source, id)) {
     return Unmanaged("/dev/shm is a bind mount of " + source +
@@ -70,8 +69,8 @@ using Request = ShmRequest;
 
 // The first size the user asked for, in precedence order.
 Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
-  static constexpr std::array<const char*, 3> kAnnotations = {
-      kShmSizeAnnotation, kCrioShmSizeAnnotation, kCrioLegacyShmSizeAnnotation};
+  static constexpr std::array<const char*, 3> kAnnotations = {kShmSizeAnnotation, kCrioShmSizeAnnotation,
+                                                              kCrioLegacyShmSizeAnnotation};
   for (const char* key : kAnnotations) {
     if (std::optional<std::string> v = spec.Annotation(key)) {
       Result<int64_t> bytes = ParseSize(*v);
@@ -135,8 +134,7 @@ Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id,
   return t;
 }
 
-Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id,
-                        Os& os) {
+Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id, Os& os) {
   ShmPlan plan;
   SHMK_ASSIGN_OR_RETURN(plan.target, ClassifyShm(spec, container_id, os));
   plan.old_bytes = plan.target.current_bytes;
@@ -155,8 +153,8 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
   }
   SHMK_RETURN_IF_ERROR(CheckMax(config, os, &req, &plan.clamped));
   if (plan.target.shape == ShmShape::kHostTmpfs && req.bytes < plan.target.used_bytes) {
-    return Status::Invalid("shm size " + Describe(req) + " is smaller than the " +
-                           FormatSize(plan.target.used_bytes) + " already used in " + plan.target.host_path);
+    return Status::Invalid("shm size " + Describe(req) + " is smaller than the " + FormatSize(plan.target.used_bytes) +
+                           " already used in " + plan.target.host_path);
   }
   plan.source = req.source;
   plan.requested = req.raw;

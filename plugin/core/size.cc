@@ -14,8 +14,7 @@ struct Unit {
 };
 
 constexpr int64_t kKilo = 1000;
-constexpr int64_t kPow1024[] = {1, kKiB, kMiB, kGiB, kGiB * 1024, kGiB * 1024 * 1024,
-                                kGiB * 1024 * 1024 * 1024};
+constexpr int64_t kPow1024[] = {1, kKiB, kMiB, kGiB, kGiB * 1024, kGiB * 1024 * 1024, kGiB * 1024 * 1024 * 1024};
 
 // Case-sensitive Kubernetes suffixes. Checked before the Docker forms.
 constexpr std::array<Unit, 11> kQuantityUnits = {{
@@ -25,11 +24,11 @@ constexpr std::array<Unit, 11> kQuantityUnits = {{
     {"Ti", kPow1024[4]},
     {"Pi", kPow1024[5]},
     {"Ei", kPow1024[6]},
-    {"M", kKilo * kKilo},
-    {"G", kKilo * kKilo * kKilo},
-    {"T", kKilo * kKilo * kKilo * kKilo},
-    {"P", kKilo * kKilo * kKilo * kKilo * kKilo},
-    {"E", kKilo * kKilo * kKilo * kKilo * kKilo * kKilo},
+    {"M", kKilo* kKilo},
+    {"G", kKilo* kKilo* kKilo},
+    {"T", kKilo* kKilo* kKilo* kKilo},
+    {"P", kKilo* kKilo* kKilo* kKilo* kKilo},
+    {"E", kKilo* kKilo* kKilo* kKilo* kKilo* kKilo},
 }};
 
 Status Bad(std::string_view text, std::string_view why) {
@@ -102,7 +101,8 @@ Result<int64_t> ParseSize(std::string_view text) {
   if (!UnitMultiplier(suffix, &mult)) {
     return Bad(text, "unknown unit \"" + std::string(suffix) + "\"");
   }
-  unsigned __int128 bytes = whole * static_cast<unsigned __int128>(mult) + frac * static_cast<unsigned __int128>(mult) / frac_scale;
+  unsigned __int128 bytes =
+      whole * static_cast<unsigned __int128>(mult) + frac * static_cast<unsigned __int128>(mult) / frac_scale;
   if (bytes > std::numeric_limits<int64_t>::max()) return Bad(text, "larger than int64 bytes");
   if (bytes == 0) return Bad(text, "must be greater than zero");
   return static_cast<int64_t>(bytes);

@@ -43,8 +43,8 @@ std::vector<SysvSegment> ParseSysvShm(const std::string& text) {
     std::istringstream f(line);
     SysvSegment s;
     long long perms, uid, gid, cuid, cgid, atime, dtime;
-    if (f >> s.key >> s.shmid >> perms >> s.bytes >> s.cpid >> s.lpid >> s.nattch >> uid >> gid >> cuid >>
-        cgid >> atime >> dtime >> s.ctime) {
+    if (f >> s.key >> s.shmid >> perms >> s.bytes >> s.cpid >> s.lpid >> s.nattch >> uid >> gid >> cuid >> cgid >>
+        atime >> dtime >> s.ctime) {
       out.push_back(s);
     }
   }
@@ -68,7 +68,7 @@ Status RemoveSysvShm(pid_t pid, int32_t shmid, pid_t expect_cpid, const std::str
     struct shmid_ds ds;
     if (::shmctl(shmid, IPC_STAT, &ds) != 0) return Status::FromErrno(errno, "shmctl IPC_STAT");
     if (ds.shm_nattch != 0) return Status::Precondition("segment is attached again");
-    Result<std::vector<SysvSegment>> now = [] () -> Result<std::vector<SysvSegment>> {
+    Result<std::vector<SysvSegment>> now = []() -> Result<std::vector<SysvSegment>> {
       Result<std::string> text = ReadFile("/proc/sysvipc/shm", 64 << 20);
       if (!text.ok()) return text.status();
       return ParseSysvShm(*text);

@@ -26,8 +26,7 @@ Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
   if (plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs) {
     SHMK_RETURN_IF_ERROR(spec.Save());
   }
-  (void)AppendJsonLine(config.log.path, DecisionRecord(args.container_id, plan), LogLevel::kInfo,
-                       config.log.level);
+  (void)AppendJsonLine(config.log.path, DecisionRecord(args.container_id, plan), LogLevel::kInfo, config.log.level);
   return Status::Ok();
 }
 

@@ -1,16 +1,15 @@
 // The agent's gRPC and HTTP layers, served for real in-process on a unix
 // socket and an ephemeral port, over a watched directory of this test's own.
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <fstream>
 #include <future>
@@ -196,9 +195,9 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   pid_t alive = ::getpid();
   Write("torch_" + std::to_string(dead) + "_0", 1 << 20);   // leaked
   Write("torch_" + std::to_string(alive) + "_1", 1 << 20);  // orphaned: creator alive
-  Write("plain", 1 << 20);                                   // orphaned: creator unknown
+  Write("plain", 1 << 20);                                  // orphaned: creator unknown
   Write("torch_" + std::to_string(dead) + "_held", 1 << 20);
-  Hold("torch_" + std::to_string(dead) + "_held");          // held: never a leak
+  Hold("torch_" + std::to_string(dead) + "_held");  // held: never a leak
   agent_->ScanNow();
   grpc::ClientContext ctx;
   v1::ListLeaksResponse leaks;

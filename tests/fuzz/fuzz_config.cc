@@ -1,9 +1,8 @@
 // libFuzzer target: the node-policy parser turns any bytes into a Config or a
 // one-line error naming the file; it never throws or crashes.
 #include <cstdlib>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "shmkeeper/config.h"
 #include "shmkeeper/json.h"

@@ -11,9 +11,9 @@ TEST(Compose, Interpolate) {
     const char* in;
     const char* out;
   } cases[] = {
-      {"${SET}", "4gb"},           {"$SET", "4gb"},        {"${UNSET:-2gb}", "2gb"},  {"${EMPTY:-2gb}", "2gb"},
-      {"${EMPTY-2gb}", ""},        {"${UNSET-1g}", "1g"},  {"$$SET", "$SET"},         {"plain", "plain"},
-      {"${SET:-x}b", "4gbb"},      {"${UNSET}", ""},
+      {"${SET}", "4gb"},      {"$SET", "4gb"},       {"${UNSET:-2gb}", "2gb"}, {"${EMPTY:-2gb}", "2gb"},
+      {"${EMPTY-2gb}", ""},   {"${UNSET-1g}", "1g"}, {"$$SET", "$SET"},        {"plain", "plain"},
+      {"${SET:-x}b", "4gbb"}, {"${UNSET}", ""},
   };
   for (const Case& c : cases) {
     Result<std::string> r = Interpolate(c.in, env);
@@ -25,8 +25,10 @@ TEST(Compose, Interpolate) {
 }
 
 TEST(Compose, ComposeSizes) {
-  for (const char* ok : {"2gb", "10.24gb", "512m", "1024", "64M", "2G", "100b", "1k"}) EXPECT_TRUE(IsComposeSize(ok)) << ok;
-  for (const char* bad : {"", "lots", "2Gi", "2 g", "-1", "1.g", "g", "2tb", "1e3"}) EXPECT_FALSE(IsComposeSize(bad)) << bad;
+  for (const char* ok : {"2gb", "10.24gb", "512m", "1024", "64M", "2G", "100b", "1k"})
+    EXPECT_TRUE(IsComposeSize(ok)) << ok;
+  for (const char* bad : {"", "lots", "2Gi", "2 g", "-1", "1.g", "g", "2tb", "1e3"})
+    EXPECT_FALSE(IsComposeSize(bad)) << bad;
 }
 
 TEST(Compose, FixInMemoryIsSurgical) {

@@ -70,22 +70,21 @@ TEST_P(ConfigBad, NamesFileLineAndKey) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, ConfigBad,
-    ::testing::Values(
-        BadCase{"shm:\n  defualt: 1Gi\n", "/etc/shmkeeper/config.yaml:2:3: unknown key 'shm.defualt'"},
-        BadCase{"shmm: {}\n", "config.yaml:1:1: unknown key 'shmm'"},
-        BadCase{"shm:\n  max: lots\n", "config.yaml:2:8: key 'shm.max': invalid size \"lots\""},
-        BadCase{"shm:\n  default: -1\n", "key 'shm.default': invalid size \"-1\""},
-        BadCase{"shm:\n  overMax: maybe\n", "key 'shm.overMax': \"maybe\" is not one of reject, clamp"},
-        BadCase{"onInternalError: ignore\n", "key 'onInternalError'"},
-        BadCase{"log:\n  level: loud\n", "key 'log.level'"},
-        BadCase{"runtime:\n  path: runc\n", "key 'runtime.path': must be an absolute path"},
-        BadCase{"shm: 5\n", "key 'shm': expected a mapping"},
-        BadCase{"shm:\n  max: [1, 2]\n", "key 'shm.max': expected a scalar value"},
-        BadCase{"shm:\n  default: 2Gi\n  max: 1Gi\n", "config.yaml:2:12: key 'shm.default': 2GiB is larger than shm.max 1GiB"},
-        BadCase{"shm:\n  max: 1Gi\n  max: 2Gi\n", "config.yaml:3:3: duplicate key 'shm.max'"},
-        BadCase{"- a\n- b\n", "the document must be a mapping"},
-        BadCase{"shm: {max: 1Gi\n", "config.yaml:"},
-        BadCase{"\x01\x02\xff", "config.yaml"}));
+    ::testing::Values(BadCase{"shm:\n  defualt: 1Gi\n", "/etc/shmkeeper/config.yaml:2:3: unknown key 'shm.defualt'"},
+                      BadCase{"shmm: {}\n", "config.yaml:1:1: unknown key 'shmm'"},
+                      BadCase{"shm:\n  max: lots\n", "config.yaml:2:8: key 'shm.max': invalid size \"lots\""},
+                      BadCase{"shm:\n  default: -1\n", "key 'shm.default': invalid size \"-1\""},
+                      BadCase{"shm:\n  overMax: maybe\n", "key 'shm.overMax': \"maybe\" is not one of reject, clamp"},
+                      BadCase{"onInternalError: ignore\n", "key 'onInternalError'"},
+                      BadCase{"log:\n  level: loud\n", "key 'log.level'"},
+                      BadCase{"runtime:\n  path: runc\n", "key 'runtime.path': must be an absolute path"},
+                      BadCase{"shm: 5\n", "key 'shm': expected a mapping"},
+                      BadCase{"shm:\n  max: [1, 2]\n", "key 'shm.max': expected a scalar value"},
+                      BadCase{"shm:\n  default: 2Gi\n  max: 1Gi\n",
+                              "config.yaml:2:12: key 'shm.default': 2GiB is larger than shm.max 1GiB"},
+                      BadCase{"shm:\n  max: 1Gi\n  max: 2Gi\n", "config.yaml:3:3: duplicate key 'shm.max'"},
+                      BadCase{"- a\n- b\n", "the document must be a mapping"},
+                      BadCase{"shm: {max: 1Gi\n", "config.yaml:"}, BadCase{"\x01\x02\xff", "config.yaml"}));
 
 TEST(Config, MissingFileUsesDefaultsUnlessRequired) {
   EXPECT_TRUE(LoadConfig("/nonexistent/shmkeeper.yaml", false).ok());

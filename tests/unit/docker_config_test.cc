@@ -23,7 +23,9 @@ class DockerConfigTest : public ::testing::Test {
 };
 
 TEST_F(DockerConfigTest, InstallKeepsKeysIsIdempotentAndUninstallRestoresBytes) {
-  std::string original = "{\"log-level\": \"warn\",\n \"runtimes\": {\"nvidia\": {\"path\": \"nvidia-container-runtime\"}},\n \"default-runtime\": \"nvidia\"}\n";
+  std::string original =
+      "{\"log-level\": \"warn\",\n \"runtimes\": {\"nvidia\": {\"path\": \"nvidia-container-runtime\"}},\n "
+      "\"default-runtime\": \"nvidia\"}\n";
   ASSERT_TRUE(WriteFileAtomic(opts_.daemon_json, original).ok());
   opts_.set_as_default = true;
   Result<ConfigChange> c = InstallDocker(opts_);

@@ -8,8 +8,12 @@ namespace {
 using Args = std::vector<std::string>;
 
 TEST(RuntimeArgs, DockerCreate) {
-  Args a = {"--root", "/run/docker/runtime-runc/moby", "--log", "/b/log.json", "--log-format", "json",
-            "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "cid"};
+  Args a = {"--root",       "/run/docker/runtime-runc/moby",
+            "--log",        "/b/log.json",
+            "--log-format", "json",
+            "create",       "--bundle",
+            "/b",           "--pid-file",
+            "/b/init.pid",  "cid"};
   Result<RuntimeArgs> r = ParseRuntimeArgs(a);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->subcommand, "create");
@@ -56,8 +60,8 @@ TEST(RuntimeArgs, OwnConfigFlagIsStripped) {
 }
 
 TEST(RuntimeArgs, OtherSubcommandsPassThrough) {
-  for (Args a : {Args{"delete", "--force", "id"}, Args{"--version"}, Args{}, Args{"kill", "id", "9"},
-                 Args{"features"}}) {
+  for (Args a :
+       {Args{"delete", "--force", "id"}, Args{"--version"}, Args{}, Args{"kill", "id", "9"}, Args{"features"}}) {
     Result<RuntimeArgs> r = ParseRuntimeArgs(a);
     ASSERT_TRUE(r.ok());
     EXPECT_FALSE(r->Intercepts());

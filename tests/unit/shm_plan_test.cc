@@ -16,15 +16,18 @@ constexpr const char* kId = "abc123";
 Json PrivateSpec(const std::string& size_opt = "size=67108864") {
   Json opts = Json::array({"nosuid", "noexec", "nodev", "mode=1777"});
   if (!size_opt.empty()) opts.push_back(size_opt);
-  return Json{{"process", {{"env", Json::array({"PATH=/bin"})}}},
-              {"mounts", Json::array({Json{{"destination", "/dev/shm"}, {"type", "tmpfs"},
-                                           {"source", "shm"}, {"options", opts}}})},
-              {"linux", {{"namespaces", Json::array({Json{{"type", "ipc"}}})}}}};
+  return Json{
+      {"process", {{"env", Json::array({"PATH=/bin"})}}},
+      {"mounts",
+       Json::array({Json{{"destination", "/dev/shm"}, {"type", "tmpfs"}, {"source", "shm"}, {"options", opts}}})},
+      {"linux", {{"namespaces", Json::array({Json{{"type", "ipc"}}})}}}};
 }
 
 Json BindSpec(const std::string& source) {
   Json s = PrivateSpec();
-  s["mounts"][0] = Json{{"destination", "/dev/shm"}, {"type", "bind"}, {"source", source},
+  s["mounts"][0] = Json{{"destination", "/dev/shm"},
+                        {"type", "bind"},
+                        {"source", source},
                         {"options", Json::array({"rbind", "rprivate"})}};
   return s;
 }
@@ -72,17 +75,15 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, PlanPrecedence,
     ::testing::Values(
         Case{"auto_is_half_of_host_ram", [](Json&) {}, Config(), ShmAction::kResize, 8 * kGiB, "policy"},
-        Case{"auto_is_memory_limit",
-             [](Json& j) { j["linux"]["resources"]["memory"]["limit"] = 3 * kGiB; }, Config(),
+        Case{"auto_is_memory_limit", [](Json& j) { j["linux"]["resources"]["memory"]["limit"] = 3 * kGiB; }, Config(),
              ShmAction::kResize, 3 * kGiB, "policy"},
-        Case{"policy_default", [](Json&) {}, WithPolicy(kGiB, std::nullopt), ShmAction::kResize, kGiB,
-             "policy"},
+        Case{"policy_default", [](Json&) {}, WithPolicy(kGiB, std::nullopt), ShmAction::kResize, kGiB, "policy"},
         Case{"policy_default_equal_to_engine_keeps", [](Json&) {}, WithPolicy(64 * kMiB, std::nullopt),
              ShmAction::kKeep, 64 * kMiB, "policy"},
-        Case{"auto_clamped_to_max", [](Json&) {}, WithPolicy(std::nullopt, 2 * kGiB), ShmAction::kResize,
-             2 * kGiB, "policy"},
-        Case{"env", [](Json& j) { Env(j, "SHMKEEPER_SHM_SIZE=512m"); }, Config(), ShmAction::kResize,
-             512 * kMiB, "env:SHMKEEPER_SHM_SIZE"},
+        Case{"auto_clamped_to_max", [](Json&) {}, WithPolicy(std::nullopt, 2 * kGiB), ShmAction::kResize, 2 * kGiB,
+             "policy"},
+        Case{"env", [](Json& j) { Env(j, "SHMKEEPER_SHM_SIZE=512m"); }, Config(), ShmAction::kResize, 512 * kMiB,
+             "env:SHMKEEPER_SHM_SIZE"},
         Case{"crio_legacy_over_env",
              [](Json& j) {
                Env(j, "SHMKEEPER_SHM_SIZE=512m");
@@ -103,11 +104,9 @@ INSTANTIATE_TEST_SUITE_P(
                j["mounts"][0]["options"][4] = "size=4294967296";
              },
              Config(), ShmAction::kResize, 2 * kGiB, "annotation:shmkeeper.io/shm-size"},
-        Case{"explicit_engine_size_respected",
-             [](Json& j) { j["mounts"][0]["options"][4] = "size=67108865"; }, Config(), ShmAction::kKeep,
-             67108865, "engine"},
-        Case{"over_max_clamped",
-             [](Json& j) { Ann(j, "shmkeeper.io/shm-size", "4Gi"); },
+        Case{"explicit_engine_size_respected", [](Json& j) { j["mounts"][0]["options"][4] = "size=67108865"; },
+             Config(), ShmAction::kKeep, 67108865, "engine"},
+        Case{"over_max_clamped", [](Json& j) { Ann(j, "shmkeeper.io/shm-size", "4Gi"); },
              WithPolicy(std::nullopt, kGiB, OverMax::kClamp), ShmAction::kResize, kGiB,
              "annotation:shmkeeper.io/shm-size"}),
     [](const auto& info) { return std::string(info.param.name); });
@@ -121,10 +120,12 @@ TEST(Plan, UserErrorsNameKeyValueAndLimit) {
   } cases[] = {
       {[](Json& j) { Ann(j, "shmkeeper.io/shm-size", "lots"); }, Config(),
        "annotation shmkeeper.io/shm-size: invalid size \"lots\""},
-      {[](Json& j) { Ann(j, "shm-size.crio.io", "1Gix"); }, Config(), "annotation shm-size.crio.io: invalid size \"1Gix\""},
+      {[](Json& j) { Ann(j, "shm-size.crio.io", "1Gix"); }, Config(),
+       "annotation shm-size.crio.io: invalid size \"1Gix\""},
       {[](Json& j) { Env(j, "SHMKEEPER_SHM_SIZE=-5"); }, Config(), "env SHMKEEPER_SHM_SIZE: invalid size \"-5\""},
       {[](Json& j) { Ann(j, "shmkeeper.io/shm-size", "4Gi"); }, WithPolicy(std::nullopt, kGiB),
-       "shm size annotation shmkeeper.io/shm-size=\"4Gi\" (4GiB) is over the node's shm.max 1GiB (shm.overMax: reject)"},
+       "shm size annotation shmkeeper.io/shm-size=\"4Gi\" (4GiB) is over the node's shm.max 1GiB (shm.overMax: "
+       "reject)"},
       {[](Json& j) { j["mounts"][0]["options"][4] = "size=4294967296"; }, WithPolicy(std::nullopt, kGiB),
        "shm size engine=\"4GiB\" (4GiB) is over the node's shm.max 1GiB"},
       {[](Json& j) { Ann(j, "shmkeeper.io/shm-size", "64Gi"); }, Config(), "over the node's shm.max 16GiB"},

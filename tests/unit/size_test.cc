@@ -20,18 +20,18 @@ TEST_P(ParseSizeGood, Parses) {
   EXPECT_EQ(*r, GetParam().bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Forms, ParseSizeGood,
-    ::testing::Values(
-        // Kubernetes quantities.
-        Good{"2Gi", 2 * kGiB}, Good{"512Mi", 512 * kMiB}, Good{"1Ki", 1024}, Good{"1Ti", 1024 * kGiB},
-        Good{"1.5G", 1500000000}, Good{"500M", 500000000}, Good{"1.5Gi", 3 * kGiB / 2},
-        Good{"1E", 1000000000000000000}, Good{"7Ei", 7 * (int64_t{1} << 60)},
-        // Docker / compose.
-        Good{"2g", 2 * kGiB}, Good{"10.24gb", 10995116277}, Good{"64m", 64 * kMiB},
-        Good{"67108864", 67108864}, Good{"1024k", kMiB}, Good{"2GB", 2 * kGiB}, Good{"512MiB", 512 * kMiB},
-        Good{"100b", 100}, Good{"2K", 2048}, Good{"1t", 1024 * kGiB}, Good{"007", 7},
-        Good{"9223372036854775807", INT64_MAX}));
+INSTANTIATE_TEST_SUITE_P(Forms, ParseSizeGood,
+                         ::testing::Values(
+                             // Kubernetes quantities.
+                             Good{"2Gi", 2 * kGiB}, Good{"512Mi", 512 * kMiB}, Good{"1Ki", 1024},
+                             Good{"1Ti", 1024 * kGiB}, Good{"1.5G", 1500000000}, Good{"500M", 500000000},
+                             Good{"1.5Gi", 3 * kGiB / 2}, Good{"1E", 1000000000000000000},
+                             Good{"7Ei", 7 * (int64_t{1} << 60)},
+                             // Docker / compose.
+                             Good{"2g", 2 * kGiB}, Good{"10.24gb", 10995116277}, Good{"64m", 64 * kMiB},
+                             Good{"67108864", 67108864}, Good{"1024k", kMiB}, Good{"2GB", 2 * kGiB},
+                             Good{"512MiB", 512 * kMiB}, Good{"100b", 100}, Good{"2K", 2048}, Good{"1t", 1024 * kGiB},
+                             Good{"007", 7}, Good{"9223372036854775807", INT64_MAX}));
 
 class ParseSizeBad : public ::testing::TestWithParam<const char*> {};
 
@@ -43,12 +43,12 @@ TEST_P(ParseSizeBad, RejectedWithQuotedInput) {
   EXPECT_NE(r.status().message().find("\"" + text + "\""), std::string::npos) << r.status().message();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Inputs, ParseSizeBad,
-    ::testing::Values("", "-1", "-2Gi", "0", "0Gi", "0.0", "0.0000001", "NaN", "nan", "inf", "Infinity",
-                      "9223372036854775808", "8Ei", "9999999999999999999999", "10000000000G", "2Gix",
-                      "2Gi ", " 2Gi", "2 Gi", "2\tGi", "2\nGi", "2X", "2Zi", "1.2.3", "1.", ".5Gi", "+2Gi",
-                      "0x10", "1e3", "2gbb", "2bi", "2bb", "2iB", "Gi", "1.0000000000000000001", "٣"));
+INSTANTIATE_TEST_SUITE_P(Inputs, ParseSizeBad,
+                         ::testing::Values("", "-1", "-2Gi", "0", "0Gi", "0.0", "0.0000001", "NaN", "nan", "inf",
+                                           "Infinity", "9223372036854775808", "8Ei", "9999999999999999999999",
+                                           "10000000000G", "2Gix", "2Gi ", " 2Gi", "2 Gi", "2\tGi", "2\nGi", "2X",
+                                           "2Zi", "1.2.3", "1.", ".5Gi", "+2Gi", "0x10", "1e3", "2gbb", "2bi", "2bb",
+                                           "2iB", "Gi", "1.0000000000000000001", "٣"));
 
 TEST(FormatSize, Iec) {
   EXPECT_EQ(FormatSize(64 * kMiB), "64MiB");

@@ -26,22 +26,22 @@ struct SourcePos {
 enum class Severity { kInfo, kWarning, kError };
 
 struct ComposeFinding {
-  std::string code;      // e.g. "misspelled-key"
+  std::string code;  // e.g. "misspelled-key"
   Severity severity = Severity::kWarning;
-  std::string service;   // "" for file-level findings
+  std::string service;  // "" for file-level findings
   SourcePos pos;
   std::string message;
   std::string suggestion;  // the fix, in compose syntax
 };
 
 struct ComposeCheckOptions {
-  std::vector<std::string> files;          // empty: the defaults in `dir`
+  std::vector<std::string> files;  // empty: the defaults in `dir`
   std::string dir = ".";
   std::map<std::string, std::string> env;  // interpolation; .env in the project dir is added
   // Measured /dev/shm use per compose service ("project/service" -> bytes),
   // e.g. from the agent; used to suggest sizes.
   std::map<std::string, int64_t> measured;
-  int64_t min_bytes = 64LL << 20;          // smaller is "too small"
+  int64_t min_bytes = 64LL << 20;  // smaller is "too small"
 };
 
 struct ComposeReport {
@@ -75,8 +75,7 @@ struct ComposeFix {
 // is empty): rename misspelled keys, move shm_size out of deploy, replace
 // invalid or too small sizes, add shm_size where a service needs one. `size`
 // overrides the suggested sizes. Nothing is written here.
-Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file,
-                                  const std::string& size);
+Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
 
 // Check and fix of one in-memory file named `name` (no filesystem access but
 // `extends` of other files, which then fail): for fuzzing and tests.

@@ -28,7 +28,6 @@ Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogL
 std::string RuntimeLogLine(const std::string& format, const char* level, const std::string& msg);
 
 // Appends RuntimeLogLine to `path`; ignores an empty path.
-Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level,
-                        const std::string& msg);
+Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level, const std::string& msg);
 
 }  // namespace shmkeeper

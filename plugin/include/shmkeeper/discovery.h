@@ -18,15 +18,15 @@ namespace shmkeeper {
 
 struct ContainerRecord {
   std::string id;
-  std::string runtime_root;                // state directory it was found in
+  std::string runtime_root;  // state directory it was found in
   std::string bundle;
-  pid_t pid = 0;                           // host pid of the init process
-  uint64_t start_ticks = 0;                // its start time, to detect pid reuse
+  pid_t pid = 0;             // host pid of the init process
+  uint64_t start_ticks = 0;  // its start time, to detect pid reuse
   int64_t created_sec = 0;
-  std::string name;                        // Docker name or CRI container name
+  std::string name;                                // Docker name or CRI container name
   std::map<std::string, std::string> annotations;  // from the OCI spec
   std::map<std::string, std::string> labels;       // from the Docker API
-  int64_t requested_bytes = 0;             // what the spec asks for (0 = unknown)
+  int64_t requested_bytes = 0;                     // what the spec asks for (0 = unknown)
   std::string requested_source;
 };
 

@@ -18,16 +18,16 @@ inline constexpr const char* kDockerDaemonJson = "/etc/docker/daemon.json";
 struct DockerInstallOptions {
   std::string daemon_json = kDockerDaemonJson;
   std::string runtime_name = "shmkeeper";
-  std::string runtime_path;      // absolute path of shmkeeper-runtime
-  std::string runtime_config;    // shmkeeper config passed as runtimeArgs; "" = none
+  std::string runtime_path;    // absolute path of shmkeeper-runtime
+  std::string runtime_config;  // shmkeeper config passed as runtimeArgs; "" = none
   bool set_as_default = false;
   bool dry_run = false;
 };
 
 struct ConfigChange {
   bool changed = false;
-  std::string before;  // file text before ("" when absent)
-  std::string after;   // file text after ("" when removed)
+  std::string before;     // file text before ("" when absent)
+  std::string after;      // file text after ("" when removed)
   bool reloaded = false;  // a running dockerd was sent SIGHUP
 };
 

@@ -18,7 +18,7 @@ struct DoctorFile {
   std::string path;
   int64_t bytes = 0;
   std::vector<std::pair<pid_t, std::string>> holders;  // pid, command
-  std::string leak_reason;                              // non-empty: looks leaked
+  std::string leak_reason;                             // non-empty: looks leaked
 };
 
 struct DoctorReport {
@@ -27,13 +27,13 @@ struct DoctorReport {
   int64_t size_bytes = 0, used_bytes = 0, free_bytes = 0;
   std::string mount_source, fstype, mount_options;
   ino_t ipc_ns = 0;
-  bool host_ipc = false;           // the host's initial IPC namespace
+  bool host_ipc = false;  // the host's initial IPC namespace
   bool in_container = false;
-  std::string engine;              // docker, podman, kubernetes/containerd, kubernetes/cri-o, containerd, host, none
+  std::string engine;  // docker, podman, kubernetes/containerd, kubernetes/cri-o, containerd, host, none
   std::vector<SysvSegment> sysv;
   std::vector<DoctorFile> largest;
   std::vector<DoctorFile> leaked;
-  int64_t memcg_limit_bytes = 0;   // 0: none
+  int64_t memcg_limit_bytes = 0;  // 0: none
   int64_t memcg_shmem_bytes = 0;
   std::vector<std::string> findings;  // what is wrong, most important first
   std::vector<std::string> fixes;     // exact commands or settings for this engine

@@ -42,8 +42,7 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 16 << 2
 // `path` does not exist yet; otherwise the existing mode is kept. With
 // `sync_dir` the directory is fsynced too, so the rename survives a crash;
 // files whose life ends at reboot anyway (a bundle's config.json) skip it.
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644,
-                       bool sync_dir = true);
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644, bool sync_dir = true);
 
 // True when `path` exists (any type, symlinks not followed).
 bool PathExists(const std::string& path);

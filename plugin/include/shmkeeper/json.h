@@ -1,9 +1,8 @@
 // JSON helpers shared by every component. JSON is never hand-rolled.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace shmkeeper {
 

@@ -60,8 +60,8 @@ struct PodRecord {
   std::vector<SegmentRecord> top_segments;
   int64_t leaked_bytes = 0;
   // how to reach it
-  pid_t access_pid = 0;       // a live process of the pod (0 for host directories)
-  std::string host_dir;       // kHost: the watched directory
+  pid_t access_pid = 0;  // a live process of the pod (0 for host directories)
+  std::string host_dir;  // kHost: the watched directory
   dev_t shm_dev = 0;
   bool shares_host_shm = false;
   bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
@@ -69,14 +69,14 @@ struct PodRecord {
 
 struct LeakRecord {
   PodKey pod;
-  std::string path;         // /dev/shm/<rel>, or the host directory path; empty for SysV
-  std::string rel;          // relative to the pod's shm root
+  std::string path;  // /dev/shm/<rel>, or the host directory path; empty for SysV
+  std::string rel;   // relative to the pod's shm root
   int32_t sysv_id = -1;
   int64_t bytes = 0;
   int64_t age_sec = 0;
   double unheld_for_sec = 0;
   LeakState state = LeakState::kOrphaned;
-  pid_t creator_pid = 0;    // in the pod's pid namespace
+  pid_t creator_pid = 0;  // in the pod's pid namespace
   std::string creator_source, name_pattern;
   bool creator_dead = false;
   pid_t last_holder_pid = 0;

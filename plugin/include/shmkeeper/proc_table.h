@@ -25,20 +25,20 @@ struct FileKey {
 // What the scan reads of every process; the rest (command, start time, IPC
 // namespace) is read on demand for the few processes that matter.
 struct ProcInfo {
-  pid_t pid = 0;               // host pid
+  pid_t pid = 0;  // host pid
   ino_t pid_ns = 0;
-  pid_t ns_pid = 0;            // pid in its own (innermost) pid namespace
+  pid_t ns_pid = 0;  // pid in its own (innermost) pid namespace
 };
 
 struct HolderRef {
   pid_t pid = 0;
-  bool mapped = false;         // a mapping (else an open fd)
-  int64_t bytes = 0;           // st_blocks * 512 of the held file (fd holders)
-  bool deleted = false;        // the fd's file has been unlinked
+  bool mapped = false;   // a mapping (else an open fd)
+  int64_t bytes = 0;     // st_blocks * 512 of the held file (fd holders)
+  bool deleted = false;  // the fd's file has been unlinked
 };
 
 struct ProcTable {
-  std::vector<ProcInfo> procs;                    // sorted by pid
+  std::vector<ProcInfo> procs;                        // sorted by pid
   std::map<FileKey, std::vector<HolderRef>> holders;  // files on the scanned devices only
 
   const ProcInfo* Find(pid_t pid) const;
@@ -57,8 +57,7 @@ struct ProcTable {
 ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc = "/proc", unsigned threads = 0);
 
 // The holders of `keys` only, scanned afresh (reclaim's final re-check).
-std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys,
-                                                      const std::string& proc = "/proc");
+std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys, const std::string& proc = "/proc");
 
 // /proc/<pid>/cmdline joined with spaces (comm when empty).
 std::string ProcCommand(pid_t pid, const std::string& proc = "/proc");

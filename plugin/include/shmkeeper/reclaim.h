@@ -22,7 +22,6 @@ struct ReclaimOutcome {
 
 // Reclaims `candidates` (from the latest snapshot). With dry_run nothing is
 // removed, but every check runs.
-ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run,
-                            const std::string& proc = "/proc");
+ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc = "/proc");
 
 }  // namespace shmkeeper

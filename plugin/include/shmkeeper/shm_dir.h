@@ -13,9 +13,9 @@
 namespace shmkeeper {
 
 struct ShmFile {
-  std::string path;       // relative to the shm root, e.g. "torch_7_0" or "dir/x"
+  std::string path;  // relative to the shm root, e.g. "torch_7_0" or "dir/x"
   FileKey key;
-  int64_t bytes = 0;      // st_blocks * 512: allocated, not st_size
+  int64_t bytes = 0;  // st_blocks * 512: allocated, not st_size
   int64_t mtime_sec = 0;
 };
 

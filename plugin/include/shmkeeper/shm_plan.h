@@ -28,12 +28,12 @@ enum class ShmShape {
 
 struct ShmTarget {
   ShmShape shape = ShmShape::kUnmanaged;
-  size_t mount_index = 0;     // kSpecTmpfs
-  std::string host_path;      // kHostTmpfs
-  unsigned long st_flags = 0; // kHostTmpfs: mount flags to keep
-  int64_t current_bytes = 0;  // the size the engine gave it
-  int64_t used_bytes = 0;     // kHostTmpfs: bytes already used
-  std::string why;            // kUnmanaged: why it is left alone
+  size_t mount_index = 0;      // kSpecTmpfs
+  std::string host_path;       // kHostTmpfs
+  unsigned long st_flags = 0;  // kHostTmpfs: mount flags to keep
+  int64_t current_bytes = 0;   // the size the engine gave it
+  int64_t used_bytes = 0;      // kHostTmpfs: bytes already used
+  std::string why;             // kUnmanaged: why it is left alone
 };
 
 enum class ShmAction { kResize, kKeep, kSkip };
@@ -45,8 +45,8 @@ struct ShmPlan {
   std::string requested;  // the value as written ("2Gi"), or "auto"
   int64_t old_bytes = 0;
   int64_t new_bytes = 0;
-  bool clamped = false;   // reduced to shm.max under overMax: clamp
-  std::string reason;     // human explanation of the action
+  bool clamped = false;  // reduced to shm.max under overMax: clamp
+  std::string reason;    // human explanation of the action
 };
 
 // A size request and where it came from.
@@ -65,8 +65,7 @@ Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id,
 
 // Decides the size. kInvalidArgument for bad user input (an unparseable size,
 // a size over shm.max under overMax: reject, a shrink below used bytes).
-Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id,
-                        Os& os);
+Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id, Os& os);
 
 // Applies a kResize plan: edits the spec (kSpecTmpfs) or remounts the host
 // tmpfs (kHostTmpfs). The spec is not saved here.

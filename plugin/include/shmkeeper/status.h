@@ -31,9 +31,7 @@ class Status {
   static Status Ok() { return Status(); }
   static Status Invalid(std::string msg) { return Status(Code::kInvalidArgument, 0, std::move(msg)); }
   static Status NotFound(std::string msg) { return Status(Code::kNotFound, 0, std::move(msg)); }
-  static Status Precondition(std::string msg) {
-    return Status(Code::kFailedPrecondition, 0, std::move(msg));
-  }
+  static Status Precondition(std::string msg) { return Status(Code::kFailedPrecondition, 0, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(Code::kInternal, 0, std::move(msg)); }
   // Maps errno to a Status: "context: strerror(err)". ENOENT maps to kNotFound,
   // EINVAL to kInvalidArgument, the rest to kIo.
@@ -59,7 +57,7 @@ class Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok());
   }
@@ -94,8 +92,7 @@ class [[nodiscard]] Result {
 
 // Evaluates a Result<T> expression; on error returns its Status, else moves the
 // value into `lhs` (which may be a declaration: `auto x`).
-#define SHMK_ASSIGN_OR_RETURN(lhs, expr) \
-  SHMK_ASSIGN_OR_RETURN_IMPL(SHMK_CONCAT(_shmk_res_, __COUNTER__), lhs, expr)
+#define SHMK_ASSIGN_OR_RETURN(lhs, expr) SHMK_ASSIGN_OR_RETURN_IMPL(SHMK_CONCAT(_shmk_res_, __COUNTER__), lhs, expr)
 #define SHMK_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \

@@ -17,11 +17,11 @@ namespace shmkeeper {
 struct SysvSegment {
   int32_t shmid = 0;
   int64_t key = 0;
-  int64_t bytes = 0;     // size
-  pid_t cpid = 0;        // creator, as a host pid (the reader is in the host pid namespace)
-  pid_t lpid = 0;        // last shmat/shmdt
+  int64_t bytes = 0;  // size
+  pid_t cpid = 0;     // creator, as a host pid (the reader is in the host pid namespace)
+  pid_t lpid = 0;     // last shmat/shmdt
   int64_t nattch = 0;
-  int64_t ctime = 0;     // last change (seconds since the epoch)
+  int64_t ctime = 0;  // last change (seconds since the epoch)
 };
 
 // Parses /proc/sysvipc/shm text.
