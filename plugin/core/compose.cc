@@ -345,6 +345,12 @@ void CheckKeys(const YAML::Node& map, const std::string& file, const std::string
         Add(r, "misspelled-key", Severity::kError, svc, At(file, kv.first),
             "'" + k + "'" + where + " is not a compose key (docker-compose rejects it); the key is shm_size",
             "shm_size");
+        // The value is kept by the rename only when it is a size compose accepts.
+        if (kv.second.IsScalar() && !IsComposeSize(kv.second.Scalar()) &&
+            kv.second.Scalar().find('$') == std::string::npos) {
+          Add(r, "invalid-size", Severity::kError, svc, At(file, kv.second),
+              "'" + k + "' has \"" + kv.second.Scalar() + "\", which is not a size docker-compose accepts", "");
+        }
       } else if (k == "shm_size" && !where.empty()) {
         Add(r, "misplaced-shm-size", Severity::kError, svc, At(file, kv.first),
             "shm_size" + where + " has no effect; it belongs directly under the service", "move it up to the service");
@@ -502,7 +508,10 @@ struct Edit {
 
 // The lines with `edits` applied bottom-up, so earlier line numbers stay valid.
 std::string ApplyEdits(std::vector<std::string> lines, std::vector<Edit> edits, const std::string& eol) {
-  std::stable_sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.line > b.line; });
+  // Bottom-up, and right to left within a line, so no edit moves another's position.
+  std::stable_sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) {
+    return a.line != b.line ? a.line > b.line : a.column > b.column;
+  });
   for (const Edit& e : edits) {
     std::string& l = lines[static_cast<size_t>(e.line)];
     if (e.kind == Edit::kReplace) {
