@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "shmkeeper/fileutil.h"
+#include "shmkeeper/memcg.h"
 #include "shmkeeper/proc_table.h"
 #include "shmkeeper/procfs.h"
 #include "shmkeeper/shm_dir.h"
@@ -57,53 +58,9 @@ void ReadMount(const std::string& proc, const std::string& path, DoctorReport* r
   }
 }
 
-std::string CgroupPath(const std::string& proc, bool* v1) {
-  Result<std::string> cg = ReadFile(proc + "/self/cgroup", 1 << 16);
-  std::string v1path, v2path;
-  if (cg.ok()) {
-    std::istringstream in(*cg);
-    std::string line;
-    while (std::getline(in, line)) {
-      size_t a = line.find(':'), b = line.find(':', a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      std::string ctrls = "," + line.substr(a + 1, b - a - 1) + ",";
-      if (ctrls.find(",memory,") != std::string::npos) v1path = line.substr(b + 1);
-      if (line.compare(0, 3, "0::") == 0) v2path = line.substr(b + 1);
-    }
-  }
-  *v1 = !v1path.empty();
-  return *v1 ? v1path : v2path;
-}
-
-int64_t StatValue(const std::string& text, const std::string& key) {
-  std::string t = "\n" + text;
-  size_t at = t.find("\n" + key + " ");
-  return at == std::string::npos ? 0 : std::atoll(t.c_str() + at + key.size() + 2);
-}
-
-void ReadMemcg(const std::string& proc, DoctorReport* r) {
-  bool v1 = false;
-  std::string path = CgroupPath(proc, &v1);
-  // Inside a cgroup namespace the path is "/" and the files are at the mount root.
-  std::string base = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
-  for (const std::string& dir : {base + path, base}) {
-    Result<std::string> stat = ReadFile(dir + "/memory.stat", 1 << 16);
-    if (!stat.ok()) continue;
-    r->memcg_shmem_bytes = StatValue(*stat, "shmem");
-    Result<std::string> limit = ReadFile(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"), 256);
-    if (limit.ok() && limit->rfind("max", 0) != 0) {
-      long long v = std::atoll(limit->c_str());
-      if (v > 0 && v < (1LL << 62)) r->memcg_limit_bytes = v;
-    }
-    return;
-  }
-}
-
 void DetectEngine(const DoctorOptions& o, DoctorReport* r) {
-  bool v1 = false;
-  std::string cg = CgroupPath(o.proc, &v1);
   Result<std::string> all = ReadFile(o.proc + "/self/cgroup", 1 << 16);
-  std::string cgtext = all.ok() ? *all : cg;
+  std::string cgtext = all.ok() ? *all : "";
   bool k8s = std::getenv("KUBERNETES_SERVICE_HOST") != nullptr || cgtext.find("kubepods") != std::string::npos;
   r->in_container = NsInode(o.proc, "pid") != kInitPidNs || PathExists(o.root + ".dockerenv") ||
                     PathExists(o.root + "run/.containerenv") || k8s;
@@ -197,7 +154,9 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
   r.host_ipc = r.ipc_ns == kInitIpcNs;
   DetectEngine(o, &r);
   ReadMount(o.proc, o.shm_path, &r);
-  ReadMemcg(o.proc, &r);
+  Memcg memcg = ReadMemcg(o.proc, "self");
+  r.memcg_limit_bytes = memcg.limit_bytes;
+  r.memcg_shmem_bytes = memcg.shmem_bytes;
   if (Result<std::string> sysv = ReadFile(o.proc + "/sysvipc/shm", 64 << 20); sysv.ok()) r.sysv = ParseSysvShm(*sysv);
   if (r.present) {
     SHMK_ASSIGN_OR_RETURN(ShmDir d, MeasureShmDir(fd.get()));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "shmkeeper/fileutil.h"
+#include "shmkeeper/memcg.h"
 #include "shmkeeper/safe_path.h"
 #include "shmkeeper/shm_dir.h"
 #include "shmkeeper/sysv.h"
@@ -67,30 +68,6 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
   std::vector<PodRecord> out;
   for (auto& [_, p] : pods) out.push_back(std::move(p));
   return out;
-}
-
-int64_t MemcgShmem(pid_t pid, const std::string& proc) {
-  Result<std::string> cg = ReadFile(proc + "/" + std::to_string(pid) + "/cgroup", 1 << 16);
-  if (!cg.ok()) return 0;
-  std::string v1, v2;
-  size_t start = 0;
-  while (start < cg->size()) {
-    size_t end = cg->find('\n', start);
-    if (end == std::string::npos) end = cg->size();
-    std::string line = cg->substr(start, end - start);
-    start = end + 1;
-    size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    std::string ctrls = "," + line.substr(a + 1, b - a - 1) + ",";
-    if (ctrls.find(",memory,") != std::string::npos) v1 = line.substr(b + 1);
-    if (line.compare(0, 3, "0::") == 0) v2 = line.substr(b + 1);
-  }
-  std::string stat_path = !v1.empty() ? "/sys/fs/cgroup/memory" + v1 : "/sys/fs/cgroup" + v2;
-  Result<std::string> stat = ReadFile(stat_path + "/memory.stat", 1 << 16);
-  if (!stat.ok()) return 0;
-  std::string text = "\n" + *stat;
-  size_t at = text.find("\nshmem ");
-  return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + 7);
 }
 
 Result<UniqueFd> OpenPodShm(const PodRecord& p, const std::string& proc) {
@@ -319,7 +296,7 @@ NodeSnapshot Scanner::Scan() {
     FileLeaks(&p, d, table, access, clock, &snap);
     p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
-    p.memcg_shmem_bytes = MemcgShmem(p.access_pid, opts_.proc);
+    p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
   }
   std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
