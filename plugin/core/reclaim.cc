@@ -53,9 +53,6 @@ Status ReclaimFile(const LeakRecord& l, bool dry_run, const std::string& proc,
   SHMK_ASSIGN_OR_RETURN(UniqueFd dir, OpenParent(l, proc, &base));
   SHMK_RETURN_IF_ERROR(CheckFile(l, dir.get(), base, holders));
   if (dry_run) return Status::Ok();
-  // Last look, immediately before the unlink, for a holder that appeared.
-  std::map<FileKey, std::vector<HolderRef>> now = ScanHolders({l.key}, proc);
-  SHMK_RETURN_IF_ERROR(CheckFile(l, dir.get(), base, now));
   if (::unlinkat(dir.get(), base.c_str(), 0) != 0) return Status::FromErrno(errno, "unlink " + l.path);
   return Status::Ok();
 }
@@ -64,9 +61,12 @@ Status ReclaimFile(const LeakRecord& l, bool dry_run, const std::string& proc,
 
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc) {
   ReclaimOutcome out;
+  // One fresh pass over every process, right before the removals (a pass per
+  // file would cost a full /proc scan per leak); each file's inode is still
+  // re-checked at its unlink.
   std::set<FileKey> keys;
   for (const LeakRecord& l : candidates) {
-    if (l.sysv_id < 0) keys.insert(l.key);
+    if (l.sysv_id < 0 && l.reclaimable) keys.insert(l.key);
   }
   std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc);
   for (const LeakRecord& l : candidates) {

@@ -1,8 +1,8 @@
-// Safe reclaim of leaked shared memory. A segment is removed only when, at
-// the moment of removal: it is the same file (device and inode) the scan saw,
-// no process on the node holds an fd to it or maps it (scanned afresh), and
-// the scan found it reclaimable (creator known dead and unheld longer than
-// leaks.grace). Paths are resolved inside the pod's root without following
+// Safe reclaim of leaked shared memory. A segment is removed only when the
+// scan found it reclaimable (creator known dead, unheld longer than
+// leaks.grace), a fresh pass over every process taken right before the
+// removals finds no fd to it and no mapping of it, and at its unlink it is
+// still the same file (device and inode) the scan saw. Paths are resolved inside the pod's root without following
 // symlinks; a container cannot make the agent touch another pod's files.
 #pragma once
 
