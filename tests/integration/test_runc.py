@@ -1,5 +1,6 @@
 """shmkeeper-runtime in front of the real runc, on temporary bundles with a
 busybox rootfs; the container itself reports what /dev/shm is."""
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -117,46 +118,50 @@ def test_over_max_clamped(env):
     assert df_kib(p.stdout) == kib(128 * MiB)
 
 
+@contextlib.contextmanager
+def engine_tmpfs(env, owner, options):
+    """A host tmpfs where Docker keeps a --ipc=shareable container's shm:
+    <root>/containers/<owner>/mounts/shm. Always unmounted afterwards."""
+    shm = env.tmp / "containers" / owner / "mounts" / "shm"
+    shm.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", options, "shm", shm])
+    try:
+        yield shm
+    finally:
+        run(["umount", shm], check=False)
+
+
+def bind_shm(shm, *env_vars):
+    """A spec edit: /dev/shm becomes a bind mount of `shm`."""
+    def edit(s):
+        s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
+        s["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
+                            "options": ["rbind", "rprivate"]})
+        s["process"]["env"].extend(env_vars)
+    return edit
+
+
 def test_host_tmpfs_bind_is_remounted(env):
     """The Docker --ipc=shareable shape: a host tmpfs the engine made for this
     container, bind-mounted at /dev/shm."""
     cid = "c-shareable"
-    shm = env.tmp / "containers" / cid / "mounts" / "shm"
-    shm.mkdir(parents=True)
-    run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev,noexec,mode=1777,size=64m", "shm", shm])
-    try:
-        def edit(s):
-            s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
-            s["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
-                                "options": ["rbind", "rprivate"]})
-            s["process"]["env"].append("SHMKEEPER_SHM_SIZE=300m")
-        p = wrapper_run(env, make_bundle(env, "b", edit), cid)
+    with engine_tmpfs(env, cid, "nosuid,nodev,noexec,mode=1777,size=64m") as shm:
+        p = wrapper_run(env, make_bundle(env, "b", bind_shm(shm, "SHMKEEPER_SHM_SIZE=300m")), cid)
         assert p.returncode == 0, p.stderr
         assert df_kib(p.stdout) == kib(300 * MiB)
         line = [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if f" {shm} " in m][0]
         for flag in ("nosuid", "nodev", "noexec"):
             assert flag in line
         assert shm.stat().st_mode & 0o7777 == 0o1777
-    finally:
-        run(["umount", shm], check=False)
 
 
 def test_other_containers_shm_is_left_alone(env):
-    shm = env.tmp / "containers" / "someone-else" / "mounts" / "shm"
-    shm.mkdir(parents=True)
-    run(["mount", "-t", "tmpfs", "-o", "size=64m", "shm", shm])
-    try:
-        def edit(s):
-            s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
-            s["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
-                                "options": ["rbind"]})
-        p = wrapper_run(env, make_bundle(env, "b", edit), "c-joiner")
+    with engine_tmpfs(env, "someone-else", "size=64m") as shm:
+        p = wrapper_run(env, make_bundle(env, "b", bind_shm(shm)), "c-joiner")
         assert p.returncode == 0, p.stderr
         assert df_kib(p.stdout) == kib(64 * MiB)
         rec = json.loads(env.log.read_text().splitlines()[-1])
         assert rec["action"] == "skip" and "does not own" in rec["reason"]
-    finally:
-        run(["umount", shm], check=False)
 
 
 def test_broken_config_passes_through_untouched(env):
