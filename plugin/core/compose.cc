@@ -655,17 +655,7 @@ namespace {
 // Errors quote user values, which may hold newlines or control bytes: escape
 // them so every error stays one line.
 Status OneLine(const Status& s) {
-  std::string out;
-  for (unsigned char ch : s.message()) {
-    if (ch == '\n')
-      out += "\\n";
-    else if (ch == '\r')
-      out += "\\r";
-    else if (ch < 0x20 || ch == 0x7f)
-      out += "\\x" + std::string(1, "0123456789abcdef"[ch >> 4]) + "0123456789abcdef"[ch & 15];
-    else
-      out += static_cast<char>(ch);
-  }
+  std::string out = EscapeControl(s.message());
   return s.IsUserError() ? Status::Invalid(out) : Status::Internal(out);
 }
 

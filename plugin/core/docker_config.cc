@@ -30,13 +30,10 @@ Result<Json> ParseDaemonJson(const std::string& text, const std::string& path) {
 
 Result<DaemonFile> ReadDaemonFile(const std::string& path) {
   DaemonFile f;
-  Result<std::string> text = ReadFile(path, 4 << 20);
-  if (!text.ok()) {
-    if (text.status().code() == Code::kNotFound) return f;
-    return text.status();
-  }
+  SHMK_ASSIGN_OR_RETURN(OptionalFile file, ReadOptionalFile(path, 4 << 20));
+  if (!file.exists) return f;
   f.exists = true;
-  f.text = *text;
+  f.text = file.text;
   SHMK_ASSIGN_OR_RETURN(f.doc, ParseDaemonJson(f.text, path));
   return f;
 }
@@ -59,24 +56,10 @@ bool ReloadDockerd(const std::string& daemon_json, Os& os) {
   return any;
 }
 
-Status WriteBackupOnce(const std::string& daemon_json, const DaemonFile& f) {
-  std::string backup = DockerBackupPath(daemon_json), absent = DockerAbsentMarkerPath(daemon_json);
-  if (PathExists(backup) || PathExists(absent)) return Status::Ok();
-  if (f.exists) return WriteFileAtomic(backup, f.text, 0600);
-  return WriteFileAtomic(absent, "", 0600);
-}
-
-Status RemoveBackups(const std::string& daemon_json) {
-  for (const std::string& p : {DockerBackupPath(daemon_json), DockerAbsentMarkerPath(daemon_json)}) {
-    if (::unlink(p.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "remove " + p);
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
-std::string DockerBackupPath(const std::string& daemon_json) { return daemon_json + ".shmkeeper-backup"; }
-std::string DockerAbsentMarkerPath(const std::string& daemon_json) { return daemon_json + ".shmkeeper-absent"; }
+std::string DockerBackupPath(const std::string& daemon_json) { return BackupPath(daemon_json); }
+std::string DockerAbsentMarkerPath(const std::string& daemon_json) { return AbsentMarkerPath(daemon_json); }
 
 Json WithDockerRuntime(Json daemon, const DockerInstallOptions& opts) {
   Json entry = {{"path", opts.runtime_path}};
@@ -114,7 +97,7 @@ Result<ConfigChange> InstallDocker(const DockerInstallOptions& opts) {
   c.after = next == f.doc && f.exists ? f.text : Render(next);
   c.changed = !(next == f.doc && f.exists);
   if (!c.changed || opts.dry_run) return c;
-  SHMK_RETURN_IF_ERROR(WriteBackupOnce(opts.daemon_json, f).WithContext("back up " + opts.daemon_json));
+  SHMK_RETURN_IF_ERROR(WriteBackupOnce(opts.daemon_json, f.exists, f.text).WithContext("back up " + opts.daemon_json));
   SHMK_RETURN_IF_ERROR(WriteFileAtomic(opts.daemon_json, c.after, 0644));
   c.reloaded = ReloadDockerd(opts.daemon_json, *Os::Default());
   return c;

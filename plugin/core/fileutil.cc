@@ -88,4 +88,33 @@ bool PathExists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+Result<OptionalFile> ReadOptionalFile(const std::string& path, size_t max_bytes) {
+  OptionalFile f;
+  Result<std::string> text = ReadFile(path, max_bytes);
+  if (!text.ok()) {
+    if (text.status().code() == Code::kNotFound) return f;
+    return text.status();
+  }
+  f.exists = true;
+  f.text = *text;
+  return f;
+}
+
+std::string BackupPath(const std::string& path) { return path + ".shmkeeper-backup"; }
+std::string AbsentMarkerPath(const std::string& path) { return path + ".shmkeeper-absent"; }
+
+Status WriteBackupOnce(const std::string& path, bool existed, const std::string& original) {
+  std::string backup = BackupPath(path), absent = AbsentMarkerPath(path);
+  if (PathExists(backup) || PathExists(absent)) return Status::Ok();
+  if (existed) return WriteFileAtomic(backup, original, 0600);
+  return WriteFileAtomic(absent, "", 0600);
+}
+
+Status RemoveBackups(const std::string& path) {
+  for (const std::string& p : {BackupPath(path), AbsentMarkerPath(path)}) {
+    if (::unlink(p.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "remove " + p);
+  }
+  return Status::Ok();
+}
+
 }  // namespace shmkeeper

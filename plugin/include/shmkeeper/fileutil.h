@@ -36,6 +36,13 @@ class UniqueFd {
 // Reads a whole regular file of at most max_bytes.
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 16 << 20);
 
+// A file that may legitimately be absent (an engine config before install).
+struct OptionalFile {
+  bool exists = false;
+  std::string text;
+};
+Result<OptionalFile> ReadOptionalFile(const std::string& path, size_t max_bytes = 16 << 20);
+
 // Replaces `path` atomically: writes a temporary file in the same directory,
 // fsyncs it, renames it over `path` and fsyncs the directory. On any error the
 // temporary file is removed and `path` is untouched. `mode` applies only when
@@ -46,5 +53,14 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, mode
 
 // True when `path` exists (any type, symlinks not followed).
 bool PathExists(const std::string& path);
+
+// Backups that `shmkeeper install` keeps next to an engine config it edits:
+// `<path>.shmkeeper-backup` holds the original bytes, `<path>.shmkeeper-absent`
+// says there was no file. Written once (the first install wins); removed by the
+// uninstall that undoes the edit.
+std::string BackupPath(const std::string& path);
+std::string AbsentMarkerPath(const std::string& path);
+Status WriteBackupOnce(const std::string& path, bool existed, const std::string& original);
+Status RemoveBackups(const std::string& path);
 
 }  // namespace shmkeeper

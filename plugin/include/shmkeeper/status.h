@@ -98,4 +98,8 @@ class [[nodiscard]] Result {
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
 
+// `text` with newlines and other control bytes escaped (\n, \r, \xNN), for
+// quoting untrusted input inside a one-line error message.
+std::string EscapeControl(std::string_view text);
+
 }  // namespace shmkeeper
