@@ -1,4 +1,4 @@
-// shmkeeper install|uninstall docker
+// shmkeeper install|uninstall docker|containerd
 #include <unistd.h>
 
 #include <climits>
@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli.h"
+#include "shmkeeper/containerd_config.h"
 #include "shmkeeper/docker_config.h"
 
 namespace shmkeeper::cli {
@@ -58,15 +59,55 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
   });
 }
 
+void PrintContainerdChange(const char* verb, const ContainerdInstallOptions& o, const ConfigChange& c) {
+  if (o.dry_run) {
+    std::cout << (c.changed ? "# would write " : "# unchanged: ") << o.config << "\n" << c.after;
+    return;
+  }
+  if (!c.changed) {
+    std::cout << "shmkeeper: " << o.config << " already " << verb << "; nothing changed\n";
+    return;
+  }
+  std::cout << "shmkeeper: " << verb << " runtime handler \"" << o.runtime_name << "\" in " << o.config
+            << (o.set_as_default ? " (default runtime)" : "")
+            << "; restart containerd to apply (systemctl restart containerd)\n";
+}
+
+void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
+  auto opts = std::make_shared<ContainerdInstallOptions>();
+  opts->runtime_path = DefaultRuntimePath();
+  CLI::App* cmd = parent.add_subcommand(
+      "containerd", install ? "Add shmkeeper-runtime as a CRI runtime handler in containerd's config.toml"
+                            : "Remove shmkeeper's runtime handler from containerd's config.toml");
+  cmd->add_option("--config", opts->config, "containerd config.toml to edit")->capture_default_str();
+  cmd->add_option("--runtime-name", opts->runtime_name, "Runtime handler name (RuntimeClass handler)")
+      ->capture_default_str();
+  cmd->add_flag("--dry-run", opts->dry_run, "Print the resulting config.toml; write nothing");
+  if (install) {
+    cmd->add_flag("--set-as-default", opts->set_as_default, "Also make it the CRI default_runtime_name");
+    cmd->add_option("--runtime-path", opts->runtime_path, "Path of shmkeeper-runtime")->capture_default_str();
+  }
+  cmd->callback([opts, &outcome, install] {
+    Result<ConfigChange> c = install ? InstallContainerd(*opts) : UninstallContainerd(*opts);
+    if (!c.ok()) {
+      outcome.status = c.status();
+      return;
+    }
+    PrintContainerdChange(install ? "installed" : "uninstalled", *opts, *c);
+  });
+}
+
 }  // namespace
 
 void RegisterInstall(CLI::App& app, Outcome& outcome) {
   CLI::App* install = app.add_subcommand("install", "Register shmkeeper with a container engine");
   install->require_subcommand(1);
   AddDocker(*install, outcome, true);
+  AddContainerd(*install, outcome, true);
   CLI::App* uninstall = app.add_subcommand("uninstall", "Reverse `shmkeeper install`");
   uninstall->require_subcommand(1);
   AddDocker(*uninstall, outcome, false);
+  AddContainerd(*uninstall, outcome, false);
 }
 
 }  // namespace shmkeeper::cli
