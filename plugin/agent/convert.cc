@@ -68,6 +68,7 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
   shm->set_requested_bytes(in.requested_bytes);
   shm->set_requested_source(in.requested_source);
   shm->set_peak_used_bytes(in.peak_used_bytes);
+  shm->set_sized_by(in.sized_by);
   for (const SegmentRecord& s : in.top_segments) {
     v1::Segment* ps = out->add_top_segments();
     ps->set_path(s.path);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cri_client.h"
 #include "server.h"
 #include "shmkeeper/agent.h"
 #include "shmkeeper/decision_log.h"
@@ -28,6 +29,18 @@ void Log(const char* level, const std::string& msg, Json extra = Json::object())
   extra["level"] = level;
   extra["msg"] = msg;
   std::cerr << DumpJson(extra) << std::endl;
+}
+
+void ReportReconcile(const ReconcileResult& r) {
+  Json pod = {{"sandbox", r.sandbox_id}, {"namespace", r.ns}, {"name", r.name}};
+  if (!r.status.ok()) {
+    Log("warning", "reconcile: " + r.status.message(), pod);
+    return;
+  }
+  pod["old_bytes"] = r.plan.old_bytes;
+  pod["new_bytes"] = r.plan.new_bytes;
+  pod["source"] = r.plan.source;
+  Log("info", "reconcile: resized the pod's /dev/shm", pod);
 }
 
 int Run(int argc, char** argv) {
@@ -62,6 +75,11 @@ int Run(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   Agent agent(*config, ScanOptionsFrom(*config));
+  std::shared_ptr<CriClient> cri;
+  if (config->agent.reconcile) {
+    cri = std::make_shared<CriClient>(config->agent.cri_socket);
+    agent.SetReconciler({[cri] { return cri->ListSandboxes(); }, ReportReconcile});
+  }
   agent.Start();
   AgentServer server(&agent, ServerOptions::FromConfig(*config));
   if (Status s = server.Start(); !s.ok()) {

@@ -172,7 +172,8 @@ bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& term
 
 // ---- Agent -----------------------------------------------------------------
 
-Agent::Agent(const Config& config, ScanOptions scan) : config_(config), scanner_(std::move(scan)) {}
+Agent::Agent(const Config& config, ScanOptions scan)
+    : config_(config), scanner_(scan), runtime_roots_(std::move(scan.runtime_roots)) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -201,8 +202,25 @@ void Agent::Loop() {
   }
 }
 
+// Agent-only mode: size the sandboxes before measuring them.
+void Agent::Reconcile() {
+  Result<std::vector<CriSandbox>> sandboxes = reconciler_.list_sandboxes();
+  std::vector<ReconcileResult> results;
+  if (!sandboxes.ok()) {
+    results.push_back({"", "", "", {}, sandboxes.status().WithContext("list pod sandboxes")});
+  } else {
+    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *Os::Default());
+  }
+  for (const ReconcileResult& r : results) {
+    bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;
+    bool new_error = !r.status.ok() && reported_.insert(r.sandbox_id + "\n" + r.status.message()).second;
+    if ((resized || new_error) && reconciler_.report) reconciler_.report(r);
+  }
+}
+
 void Agent::ScanNow() {
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  if (reconciler_.list_sandboxes) Reconcile();
   NodeSnapshot snap = scanner_.Scan();
   std::map<std::string, int64_t> peaks;  // pods that are gone drop out
   for (PodRecord& p : snap.pods) {

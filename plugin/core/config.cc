@@ -124,6 +124,8 @@ const Field kFields[] = {
     {"agent.runtimeRoots", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.runtime_roots); }},
     {"agent.dockerSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.docker_socket); }},
     {"agent.hostShmDirs", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.host_shm_dirs); }},
+    {"agent.criSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.cri_socket); }},
+    {"agent.reconcile", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.reconcile); }},
     {"agent.tcp.address", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.address); }},
     {"agent.tcp.certFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.cert_file); }},
     {"agent.tcp.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.key_file); }},
@@ -184,6 +186,11 @@ Status Validate(const YAML::Node& root, const std::string& name, const Config& c
     return Status::Invalid(Where(name, root["agent"]["tcp"]) +
                            ": key 'agent.tcp': a TCP listener needs certFile and keyFile (TLS), or "
                            "insecure: true to serve plaintext");
+  }
+  if (c.agent.reconcile && c.agent.cri_socket.empty()) {
+    return Status::Invalid(Where(name, root["agent"]["reconcile"]) +
+                           ": key 'agent.reconcile': agent-only mode needs agent.criSocket (the CRI socket to list "
+                           "pod sandboxes on)");
   }
   if (c.shm.default_bytes && c.shm.max_bytes && *c.shm.default_bytes > *c.shm.max_bytes) {
     return Status::Invalid(Where(name, root["shm"]["default"]) +
@@ -266,6 +273,8 @@ nlohmann::json ConfigToJson(const Config& c) {
         {"runtimeRoots", c.agent.runtime_roots},
         {"dockerSocket", c.agent.docker_socket},
         {"hostShmDirs", c.agent.host_shm_dirs},
+        {"criSocket", c.agent.cri_socket},
+        {"reconcile", c.agent.reconcile},
         {"tcp",
          {{"address", c.agent.tcp.address},
           {"mtls", !c.agent.tcp.client_ca_file.empty()},

@@ -78,4 +78,30 @@ Status AppendRuntimeLog(const std::string& path, const std::string& format, cons
   return AppendLine(path, RuntimeLogLine(format, level, msg));
 }
 
+SizingRecord SizingRecordOf(const ShmPlan& plan, const char* by) {
+  return SizingRecord{by, plan.source, plan.requested, plan.new_bytes};
+}
+
+Status WriteSizingRecord(const std::string& bundle, const SizingRecord& r) {
+  Json doc = {{"by", r.by}, {"source", r.source}, {"requested", r.requested}, {"bytes", r.bytes}};
+  return WriteFileAtomic(bundle + "/" + kSizingRecordFile, DumpJson(doc) + "\n", 0644, /*sync_dir=*/false);
+}
+
+std::optional<SizingRecord> ReadSizingRecord(const std::string& bundle) {
+  Result<std::string> text = ReadFile(bundle + "/" + kSizingRecordFile, 64 << 10);
+  if (!text.ok()) return std::nullopt;
+  Json doc = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  SizingRecord r;
+  auto str = [&](const char* key) {
+    return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "";
+  };
+  r.by = str("by");
+  r.source = str("source");
+  r.requested = str("requested");
+  if (doc.contains("bytes") && doc["bytes"].is_number_integer()) r.bytes = doc["bytes"].get<int64_t>();
+  if (r.by.empty()) return std::nullopt;
+  return r;
+}
+
 }  // namespace shmkeeper

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "shmkeeper/decision_log.h"
 #include "shmkeeper/fileutil.h"
 #include "shmkeeper/json.h"
 #include "shmkeeper/proc_table.h"
@@ -46,10 +47,21 @@ void ReadBundle(ContainerRecord* c) {
       if (it.value().is_string()) c->annotations[it.key()] = it.value().get<std::string>();
     }
   }
+  if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {
+    const Json& mount = spec->Mount(*m);
+    std::string type = mount.value("type", "");
+    if ((type == "bind" || type.empty()) && mount.contains("source") && mount["source"].is_string()) {
+      c->shm_bind_source = mount["source"].get<std::string>();
+    }
+  }
   auto ctr_name = c->annotations.find("io.kubernetes.cri.container-name");
   if (ctr_name != c->annotations.end()) c->name = ctr_name->second;
   Result<std::optional<ShmRequest>> req = UserShmRequest(*spec);
-  if (req.ok() && req->has_value()) {
+  if (std::optional<SizingRecord> rec = ReadSizingRecord(c->bundle)) {
+    c->sized_by = rec->by;
+    c->requested_bytes = rec->bytes;
+    c->requested_source = rec->source;
+  } else if (req.ok() && req->has_value()) {
     c->requested_bytes = (*req)->bytes;
     c->requested_source = (*req)->source;
   } else if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {

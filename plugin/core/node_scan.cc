@@ -59,6 +59,8 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
       p.annotations = c.annotations;
       p.requested_bytes = c.requested_bytes;
       p.requested_source = c.requested_source;
+      p.sized_by = c.sized_by;
+      p.shm_host_source = c.shm_bind_source;
     }
     for (const auto& [k, v] : c.labels) p.labels[k] = v;
     p.started_sec = p.started_sec ? std::min(p.started_sec, c.created_sec) : c.created_sec;
@@ -136,6 +138,7 @@ void FinishLeak(LeakRecord l, const PodRecord& p, SteadyClock::time_point now, S
       l.state == LeakState::kLeaked && now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
   l.access_pid = p.access_pid;
   l.host_dir = p.host_dir;
+  l.shm_host_source = p.shm_host_source;
   l.reclaim_auto = p.reclaim_auto;
   *pod_leaked += l.bytes;
   snap->leaked_bytes += l.bytes;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,19 @@
 namespace shmkeeper {
 namespace {
 
+// The pod's shm root through which files can be removed: the access
+// process's /dev/shm, or, when that mount is read-only, the host tmpfs the
+// spec binds there (accepted only if it is the very filesystem of the leak).
+Result<UniqueFd> OpenShmRoot(const LeakRecord& l, const std::string& proc) {
+  SHMK_ASSIGN_OR_RETURN(UniqueFd root, OpenProcessDir(l.access_pid, "/dev/shm", proc));
+  struct statvfs vfs;
+  if (l.shm_host_source.empty() || ::fstatvfs(root.get(), &vfs) != 0 || !(vfs.f_flag & ST_RDONLY)) return root;
+  UniqueFd host(::open(l.shm_host_source.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!host.valid() || ::fstat(host.get(), &st) != 0 || st.st_dev != l.key.dev) return root;
+  return host;
+}
+
 // Opens the directory that contains `l.rel` inside the pod's shm root.
 Result<UniqueFd> OpenParent(const LeakRecord& l, const std::string& proc, std::string* base) {
   size_t slash = l.rel.rfind('/');
@@ -24,7 +38,7 @@ Result<UniqueFd> OpenParent(const LeakRecord& l, const std::string& proc, std::s
     root.reset(::open(l.host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!root.valid()) return Status::FromErrno(errno, "open " + l.host_dir);
   } else {
-    SHMK_ASSIGN_OR_RETURN(root, OpenProcessDir(l.access_pid, "/dev/shm", proc));
+    SHMK_ASSIGN_OR_RETURN(root, OpenShmRoot(l, proc));
   }
   if (sub.empty()) return root;
   return OpenInRoot(root.get(), sub, O_RDONLY | O_DIRECTORY, /*allow_xdev=*/false);

@@ -20,11 +20,15 @@ namespace {
 // Stages of create/run: load spec, plan, apply, save, log.
 Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
   Os& os = *Os::Default();
-  SHMK_ASSIGN_OR_RETURN(Spec spec, Spec::Load(args.bundle.empty() ? "." : args.bundle));
+  std::string bundle = args.bundle.empty() ? "." : args.bundle;
+  SHMK_ASSIGN_OR_RETURN(Spec spec, Spec::Load(bundle));
   SHMK_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(spec, config, args.container_id, os));
   SHMK_RETURN_IF_ERROR(ApplyShm(plan, &spec, os));
   if (plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs) {
     SHMK_RETURN_IF_ERROR(spec.Save());
+  }
+  if (plan.action != ShmAction::kSkip) {
+    (void)WriteSizingRecord(bundle, SizingRecordOf(plan, "runtime"));
   }
   (void)AppendJsonLine(config.log.path, DecisionRecord(args.container_id, plan), LogLevel::kInfo, config.log.level);
   return Status::Ok();

@@ -210,3 +210,114 @@ def wait_for(fn, timeout=10, interval=0.2, what="condition"):
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+
+
+CRI_TOOL = BUILD / "tests" / "cri-tool"
+PAUSE_IMAGE = "shmkeeper.test/pause:1"
+
+
+def write_image_archive(rootfs: Path, ref: str, cmd, out: Path):
+    """A `docker save`-format archive of one layer (the busybox rootfs) that
+    `ctr images import` takes; built offline, no registry or dockerd."""
+    import hashlib
+    import io
+    import tarfile
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as t:
+        t.add(str(rootfs), arcname=".")
+    layer_bytes = layer.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Cmd": cmd, "Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": ["layer/layer.tar"]}]).encode()
+    with tarfile.open(out, "w") as t:
+        for name, data in [("layer/layer.tar", layer_bytes), (config_name, config), ("manifest.json", manifest)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return out
+
+
+class PrivateContainerd:
+    """A containerd of our own with its CRI plugin: own config, root, state,
+    socket, runc root and network namespace. `restrict_oom_score_adj` because
+    this sandbox cannot lower oom_score_adj; the pause image is imported from
+    an archive built offline."""
+
+    def __init__(self, base: Path, env=None):
+        self.base = base
+        self.config = base / "config.toml"
+        self.sock = base / "containerd.sock"
+        self.endpoint = f"unix://{self.sock}"
+        self.runc_root = base / "runc"
+        self.state = base / "state"
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+        self.log = base / "containerd.log"
+
+    def write_config(self):
+        self.config.write_text(f"""version = 2
+root = "{self.base}/root"
+state = "{self.state}"
+[grpc]
+  address = "{self.sock}"
+[ttrpc]
+  address = "{self.sock}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "{self.runc_root}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{self.base}/opt"
+""")
+
+    def start(self):
+        self.base.mkdir(parents=True, exist_ok=True)
+        if not self.config.exists():
+            self.write_config()
+        self.proc = subprocess.Popen(["unshare", "--net", "--", "containerd", "--config", str(self.config)],
+                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("containerd exited:\n" + self.log.read_text()[-3000:])
+            if self.sock.exists() and self.cri("version", check=False).returncode == 0:
+                return self
+            time.sleep(0.3)
+        raise AssertionError("containerd did not come up:\n" + self.log.read_text()[-3000:])
+
+    def ctr(self, *args, check=True):
+        return run(["ctr", "--address", self.sock, "-n", "k8s.io", *args], check=check, timeout=300)
+
+    def import_image(self, archive: Path):
+        self.ctr("images", "import", archive)
+
+    def cri(self, *args, check=True, timeout=180):
+        return run([CRI_TOOL, "-r", self.endpoint, *args], check=check, timeout=timeout)
+
+    def pods(self):
+        return json.loads(self.cri("pods").stdout).get("items", [])
+
+    def stop(self):
+        if not self.proc:
+            return
+        for p in self.pods() if self.proc.poll() is None else []:
+            self.cri("stopp", p["id"], check=False)
+            self.cri("rmp", p["id"], check=False)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for mp in sorted(shm_mounts_under(str(self.base)), reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False)
+        self.proc = None

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "shmkeeper/config.h"
 #include "shmkeeper/node_scan.h"
 #include "shmkeeper/reclaim.h"
+#include "shmkeeper/reconcile.h"
 #include "shmkeeper/status.h"
 
 namespace shmkeeper {
@@ -71,10 +74,22 @@ struct PodFilter {
   bool only_with_leaks = false;
 };
 
+// Agent-only mode (agent.reconcile): how the agent lists pod sandboxes (the
+// CRI client lives with the gRPC code) and where it reports what it did.
+struct Reconciler {
+  std::function<Result<std::vector<CriSandbox>>()> list_sandboxes;
+  // Called for each resize, each sandbox whose size cannot be applied (once
+  // per sandbox) and a failing CRI listing (once per distinct error).
+  std::function<void(const ReconcileResult&)> report;
+};
+
 class Agent {
  public:
   Agent(const Config& config, ScanOptions scan);
   ~Agent();
+
+  // REQUIRES: called before Start().
+  void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
 
   // Starts the scan loop (the first scan runs before Start returns).
   void Start();
@@ -100,6 +115,7 @@ class Agent {
 
  private:
   void Loop();
+  void Reconcile();
   void Publish(std::shared_ptr<const NodeSnapshot> next);
   void AutoReclaim(const NodeSnapshot& snap);
   void RecordReclaim(const ReclaimOutcome& out);
@@ -107,6 +123,9 @@ class Agent {
   Config config_;
   std::mutex scan_mu_;  // one scan at a time
   Scanner scanner_;
+  std::vector<std::string> runtime_roots_;
+  Reconciler reconciler_;
+  std::set<std::string> reported_;  // reconcile errors already reported; guarded by scan_mu_
   mutable std::mutex mu_;
   std::shared_ptr<const NodeSnapshot> snapshot_;
   std::map<std::string, int64_t> peak_used_;  // pod uid -> most used bytes seen; guarded by scan_mu_

@@ -60,6 +60,13 @@ struct Config {
     std::string docker_socket = "/var/run/docker.sock";
     // agent.hostShmDirs: host tmpfs directories to watch as pods of kind host.
     std::vector<std::string> host_shm_dirs;
+    // agent.criSocket: the CRI runtime socket (containerd or CRI-O) the agent
+    // lists pod sandboxes on, "unix:///run/containerd/containerd.sock"; "" = off.
+    std::string cri_socket;
+    // agent.reconcile: agent-only mode. Resize each pod sandbox's /dev/shm to
+    // its annotation (or the policy) from the CRI's view, for nodes whose
+    // runtime config cannot be changed. Needs criSocket.
+    bool reconcile = false;
     struct Tcp {
       std::string address;         // agent.tcp.address: "" = no TCP listener
       std::string cert_file;       // agent.tcp.certFile (PEM), required with address

@@ -3,6 +3,8 @@
 // the last "error" entry there and shows it to the user).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "shmkeeper/config.h"
@@ -29,5 +31,23 @@ std::string RuntimeLogLine(const std::string& format, const char* level, const s
 
 // Appends RuntimeLogLine to `path`; ignores an empty path.
 Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level, const std::string& msg);
+
+// The sizing record, `<bundle>/shmkeeper-shm.json`: written by whoever sized a
+// container's /dev/shm (the runtime wrapper, the OCI hook, or the agent's
+// reconciler in agent-only mode) so the agent can report per pod where its
+// size came from. The bundle belongs to the engine and goes away with the
+// container. Reading treats the file as untrusted (size-capped, typed).
+inline constexpr const char* kSizingRecordFile = "shmkeeper-shm.json";
+
+struct SizingRecord {
+  std::string by;         // "runtime", "hook" or "reconcile"
+  std::string source;     // the plan's source: annotation:<key>, env:..., engine, policy
+  std::string requested;  // as written ("2Gi", "auto")
+  int64_t bytes = 0;      // the size applied
+};
+
+SizingRecord SizingRecordOf(const ShmPlan& plan, const char* by);
+Status WriteSizingRecord(const std::string& bundle, const SizingRecord& record);
+std::optional<SizingRecord> ReadSizingRecord(const std::string& bundle);
 
 }  // namespace shmkeeper

@@ -28,6 +28,8 @@ struct ContainerRecord {
   std::map<std::string, std::string> labels;       // from the Docker API
   int64_t requested_bytes = 0;                     // what the spec asks for (0 = unknown)
   std::string requested_source;
+  std::string shm_bind_source;  // host path bound at /dev/shm by the spec ("" = not a bind)
+  std::string sized_by;         // from the sizing record: runtime, hook, reconcile ("" = none)
 };
 
 // The default state roots of runc/crun under Docker, containerd and CRI-O.

@@ -57,11 +57,13 @@ struct PodRecord {
   int64_t memcg_shmem_bytes = 0;
   int64_t requested_bytes = 0;
   std::string requested_source;
+  std::string sized_by;  // runtime, hook or reconcile; "" when shmkeeper did not size it
   std::vector<SegmentRecord> top_segments;
   int64_t leaked_bytes = 0;
   // how to reach it
-  pid_t access_pid = 0;  // a live process of the pod (0 for host directories)
-  std::string host_dir;  // kHost: the watched directory
+  pid_t access_pid = 0;         // a live process of the pod (0 for host directories)
+  std::string host_dir;         // kHost: the watched directory
+  std::string shm_host_source;  // the host tmpfs bound at the pod's /dev/shm, when the spec says so
   dev_t shm_dev = 0;
   bool shares_host_shm = false;
   bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
@@ -86,6 +88,9 @@ struct LeakRecord {
   FileKey key;
   pid_t access_pid = 0;
   std::string host_dir;
+  // The host tmpfs behind the pod's /dev/shm: removal goes through it when the
+  // access process sees /dev/shm read-only (a CRI sandbox's pause container).
+  std::string shm_host_source;
   pid_t sysv_cpid = 0;
   bool reclaim_auto = false;
 };

@@ -1,0 +1,43 @@
+// Agent-only mode: sizing pod sandboxes' /dev/shm without a runtime change on
+// the node. The CRI tells which pods exist and their annotations (containerd
+// passes pod annotations to the OCI spec only when configured to, so the
+// spec alone does not have them); the runtime state tells where each
+// sandbox's shm tmpfs is. The decision is the wrapper's own (PlanShm) on the
+// sandbox spec with the CRI annotations merged in; applying it is a remount.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shmkeeper/config.h"
+#include "shmkeeper/discovery.h"
+#include "shmkeeper/os.h"
+#include "shmkeeper/shm_plan.h"
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+// A pod sandbox as the CRI lists it.
+struct CriSandbox {
+  std::string id;
+  std::string ns, name, uid;
+  bool ready = false;
+  std::map<std::string, std::string> annotations;
+};
+
+struct ReconcileResult {
+  std::string sandbox_id;
+  std::string ns, name;
+  ShmPlan plan;   // valid when status is OK
+  Status status;  // a bad annotation, an unmanaged shm, a failed remount
+};
+
+// Plans and applies the size of every ready sandbox found in `containers`
+// (by id). Resized sandboxes get a sizing record "reconcile". Sandboxes the
+// runtime state does not show yet are left for the next pass.
+std::vector<ReconcileResult> ReconcileSandboxes(const std::vector<CriSandbox>& sandboxes,
+                                                const std::vector<ContainerRecord>& containers, const Config& config,
+                                                Os& os);
+
+}  // namespace shmkeeper
