@@ -1,4 +1,4 @@
-// shmkeeper install|uninstall docker|containerd
+// shmkeeper install|uninstall docker|containerd|crio|podman
 #include <unistd.h>
 
 #include <climits>
@@ -8,17 +8,28 @@
 #include "cli.h"
 #include "shmkeeper/containerd_config.h"
 #include "shmkeeper/docker_config.h"
+#include "shmkeeper/hook_config.h"
+#include "shmkeeper/os.h"
 
 namespace shmkeeper::cli {
 namespace {
 
-// shmkeeper-runtime next to this binary.
-std::string DefaultRuntimePath() {
+// A shmkeeper binary next to this one.
+std::string Sibling(const char* name) {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "/usr/local/bin/shmkeeper-runtime";
+  if (n <= 0) return std::string("/usr/local/bin/") + name;
   std::string self(buf, static_cast<size_t>(n));
-  return self.substr(0, self.rfind('/')) + "/shmkeeper-runtime";
+  return self.substr(0, self.rfind('/')) + "/" + name;
+}
+std::string DefaultRuntimePath() { return Sibling("shmkeeper-runtime"); }
+
+// The OCI runtime CRI-O's handler runs: crun (CRI-O's default), else runc.
+std::string DefaultOciRuntime() {
+  for (const char* r : {"crun", "runc"}) {
+    if (Result<std::string> p = FindExecutable(r); p.ok()) return *p;
+  }
+  return "";
 }
 
 void PrintChange(const char* verb, const DockerInstallOptions& o, const ConfigChange& c) {
@@ -97,6 +108,51 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
   });
 }
 
+void PrintHookChanges(const char* verb, const HookInstallOptions& o, const std::vector<FileChange>& files) {
+  for (const FileChange& f : files) {
+    if (o.dry_run) {
+      std::cout << (f.change.changed ? "# would " : "# unchanged: ")
+                << (f.change.changed ? (f.change.after.empty() ? "remove " : "write ") : "") << f.path << "\n"
+                << f.change.after;
+    } else {
+      std::cout << "shmkeeper: " << f.path << (f.change.changed ? std::string(" ") + verb : " unchanged") << "\n";
+    }
+  }
+  if (!o.dry_run && o.crio) std::cout << "shmkeeper: restart CRI-O to apply (systemctl restart crio)\n";
+}
+
+void AddHook(CLI::App& parent, Outcome& outcome, bool install, bool crio) {
+  auto opts = std::make_shared<HookInstallOptions>();
+  opts->crio = crio;
+  opts->hook_path = Sibling("shmkeeper-hook");
+  opts->runtime_path = DefaultOciRuntime();
+  const char* engine = crio ? "crio" : "podman";
+  CLI::App* cmd = parent.add_subcommand(
+      engine, install ? (crio ? "Register shmkeeper-hook with CRI-O (hooks.d JSON + crio.conf.d runtime handler)"
+                              : "Register shmkeeper-hook with podman (hooks.d JSON)")
+                      : (crio ? "Remove shmkeeper's CRI-O files" : "Remove shmkeeper's podman hook"));
+  cmd->add_option("--hooks-dir", opts->hooks_dir, "OCI hooks directory")->capture_default_str();
+  if (crio) cmd->add_option("--crio-conf-dir", opts->crio_conf_dir, "CRI-O drop-in directory")->capture_default_str();
+  cmd->add_flag("--dry-run", opts->dry_run, "Print the files; write nothing");
+  if (install) {
+    cmd->add_option("--hook-path", opts->hook_path, "Path of shmkeeper-hook")->capture_default_str();
+    cmd->add_option("--hook-config", opts->hook_config, "shmkeeper config file the hook is started with");
+    if (crio) {
+      cmd->add_option("--runtime-name", opts->runtime_name, "CRI-O runtime handler name")->capture_default_str();
+      cmd->add_option("--runtime-path", opts->runtime_path, "OCI runtime of that handler")->capture_default_str();
+      cmd->add_flag("--set-as-default", opts->set_as_default, "Also make it CRI-O's default_runtime");
+    }
+  }
+  cmd->callback([opts, &outcome, install] {
+    Result<std::vector<FileChange>> c = install ? InstallHook(*opts) : UninstallHook(*opts);
+    if (!c.ok()) {
+      outcome.status = c.status();
+      return;
+    }
+    PrintHookChanges(install ? "written" : "removed", *opts, *c);
+  });
+}
+
 }  // namespace
 
 void RegisterInstall(CLI::App& app, Outcome& outcome) {
@@ -104,10 +160,14 @@ void RegisterInstall(CLI::App& app, Outcome& outcome) {
   install->require_subcommand(1);
   AddDocker(*install, outcome, true);
   AddContainerd(*install, outcome, true);
+  AddHook(*install, outcome, true, /*crio=*/true);
+  AddHook(*install, outcome, true, /*crio=*/false);
   CLI::App* uninstall = app.add_subcommand("uninstall", "Reverse `shmkeeper install`");
   uninstall->require_subcommand(1);
   AddDocker(*uninstall, outcome, false);
   AddContainerd(*uninstall, outcome, false);
+  AddHook(*uninstall, outcome, false, /*crio=*/true);
+  AddHook(*uninstall, outcome, false, /*crio=*/false);
 }
 
 }  // namespace shmkeeper::cli

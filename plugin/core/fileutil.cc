@@ -100,6 +100,15 @@ Result<OptionalFile> ReadOptionalFile(const std::string& path, size_t max_bytes)
   return f;
 }
 
+Status MakeDirs(const std::string& dir, mode_t mode) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + prefix);
+  }
+  return Status::Ok();
+}
+
 std::string BackupPath(const std::string& path) { return path + ".shmkeeper-backup"; }
 std::string AbsentMarkerPath(const std::string& path) { return path + ".shmkeeper-absent"; }
 

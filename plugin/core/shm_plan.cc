@@ -33,6 +33,8 @@ bool IsBind(const Json& mount) {
 // or the CRI-O infra container.
 bool OwnsShmSource(const Spec& spec, const std::string& source, const std::string& id) {
   if (!id.empty() && EndsWith(source, "/containers/" + id + "/mounts/shm")) return true;
+  // podman (libpod): <storage>/<driver>-containers/<id>/userdata/shm.
+  if (!id.empty() && EndsWith(source, "-containers/" + id + "/userdata/shm")) return true;
   if (spec.Annotation("io.kubernetes.cri.container-type") == "sandbox") {
     std::string sandbox = spec.Annotation("io.kubernetes.cri.sandbox-id").value_or(id);
     if (!sandbox.empty() && EndsWith(source, "/sandboxes/" + sandbox + "/shm")) return true;
@@ -47,6 +49,10 @@ bool OwnsShmSource(const Spec& spec, const std::string& source, const std::strin
 Result<ShmTarget> ClassifyHostTmpfs(const Spec& spec, const std::string& source, const std::string& id, Os& os) {
   if (source == "/dev/shm") return Unmanaged("/dev/shm is the host's");
   if (!OwnsShmSource(spec, source, id)) {
+    if (spec.Annotation("io.kubernetes.cri.container-type") == "container" ||
+        spec.Annotation("io.kubernetes.cri-o.ContainerType") == "container") {
+      return Unmanaged("/dev/shm is the pod's (" + source + "), sized when the pod sandbox was created");
+    }
     return Unmanaged("/dev/shm is a bind mount of " + source +
                      ", which this container does not own (another container's or a user mount)");
   }

@@ -11,27 +11,14 @@
 #include "shmkeeper/decision_log.h"
 #include "shmkeeper/os.h"
 #include "shmkeeper/runtime_args.h"
-#include "shmkeeper/shm_plan.h"
-#include "shmkeeper/spec.h"
+#include "shmkeeper/sizing.h"
 
 namespace shmkeeper {
 namespace {
 
-// Stages of create/run: load spec, plan, apply, save, log.
 Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
-  Os& os = *Os::Default();
-  std::string bundle = args.bundle.empty() ? "." : args.bundle;
-  SHMK_ASSIGN_OR_RETURN(Spec spec, Spec::Load(bundle));
-  SHMK_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(spec, config, args.container_id, os));
-  SHMK_RETURN_IF_ERROR(ApplyShm(plan, &spec, os));
-  if (plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs) {
-    SHMK_RETURN_IF_ERROR(spec.Save());
-  }
-  if (plan.action != ShmAction::kSkip) {
-    (void)WriteSizingRecord(bundle, SizingRecordOf(plan, "runtime"));
-  }
-  (void)AppendJsonLine(config.log.path, DecisionRecord(args.container_id, plan), LogLevel::kInfo, config.log.level);
-  return Status::Ok();
+  return SizeContainerShm(args.bundle.empty() ? "." : args.bundle, args.container_id, config, Applier::kRuntime,
+                          *Os::Default());
 }
 
 Result<std::string> RealRuntime(const Config& config) {

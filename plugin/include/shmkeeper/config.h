@@ -60,6 +60,9 @@ struct Config {
     std::string docker_socket = "/var/run/docker.sock";
     // agent.hostShmDirs: host tmpfs directories to watch as pods of kind host.
     std::vector<std::string> host_shm_dirs;
+    // agent.eventSocket: the datagram socket the hook's poststop and the
+    // sharing runtime's creator records go to ("" = off).
+    std::string event_socket = "/run/shmkeeper/events.sock";
     // agent.criSocket: the CRI runtime socket (containerd or CRI-O) the agent
     // lists pod sandboxes on, "unix:///run/containerd/containerd.sock"; "" = off.
     std::string cri_socket;

@@ -51,6 +51,9 @@ Result<OptionalFile> ReadOptionalFile(const std::string& path, size_t max_bytes 
 // files whose life ends at reboot anyway (a bundle's config.json) skip it.
 Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode = 0644, bool sync_dir = true);
 
+// Creates `dir` and its missing parents with `mode` (like mkdir -p).
+Status MakeDirs(const std::string& dir, mode_t mode = 0755);
+
 // True when `path` exists (any type, symlinks not followed).
 bool PathExists(const std::string& path);
 

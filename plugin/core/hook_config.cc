@@ -1,0 +1,128 @@
+#include "shmkeeper/hook_config.h"
+
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <sstream>
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/json.h"
+#include "shmkeeper/shm_plan.h"
+
+namespace shmkeeper {
+namespace {
+
+constexpr const char* kHookFile = "shmkeeper.json";
+constexpr const char* kDropInFile = "99-shmkeeper.conf";
+constexpr const char* kDropInHeader = "# Written by `shmkeeper install crio`; `shmkeeper uninstall crio` removes it.\n";
+
+struct Owned {
+  std::string path, content;
+};
+
+std::vector<Owned> Files(const HookInstallOptions& o) {
+  std::vector<Owned> files = {{o.hooks_dir + "/" + kHookFile, HookJson(o)}};
+  if (o.crio) files.push_back({o.crio_conf_dir + "/" + kDropInFile, CrioDropIn(o)});
+  return files;
+}
+
+// Whether an existing file at `path` is one shmkeeper wrote.
+bool IsOurs(const std::string& path, const std::string& text) {
+  if (path.ends_with(kDropInFile)) return text.starts_with(kDropInHeader);
+  Json doc = Json::parse(text, nullptr, false);
+  if (!doc.is_object() || !doc.contains("hook") || !doc["hook"].is_object()) return false;
+  std::string hook = doc["hook"].value("path", "");
+  return hook.ends_with("/shmkeeper-hook");
+}
+
+Status CheckOptions(const HookInstallOptions& o) {
+  if (o.hook_path.empty() || o.hook_path[0] != '/') {
+    return Status::Invalid("hook path \"" + o.hook_path + "\" must be absolute");
+  }
+  if (o.crio && (o.runtime_path.empty() || o.runtime_path[0] != '/')) {
+    return Status::Invalid("runtime path \"" + o.runtime_path + "\" must be absolute (crun or runc; --runtime-path)");
+  }
+  for (char c : o.runtime_name) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
+      return Status::Invalid("runtime name \"" + o.runtime_name + "\" must be letters, digits, '-' or '_'");
+    }
+  }
+  return o.runtime_name.empty() ? Status::Invalid("runtime name is empty") : Status::Ok();
+}
+
+Status Unlink(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "remove " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string HookJson(const HookInstallOptions& o) {
+  Json args = Json::array({"shmkeeper-hook"});
+  if (!o.hook_config.empty()) args.insert(args.end(), {"--config", o.hook_config});
+  Json when = Json::object();
+  if (o.crio && !o.set_as_default) {
+    // Only pods of the shmkeeper runtime handler (RuntimeClass shmkeeper).
+    when["annotations"] = {{"^io\\.kubernetes\\.cri-o\\.RuntimeHandler$", "^" + o.runtime_name + "$"}};
+  } else {
+    when["always"] = true;
+  }
+  Json doc = {{"version", "1.0.0"},
+              {"hook", {{"path", o.hook_path}, {"args", args}, {"timeout", 10}}},
+              {"when", when},
+              {"stages", Json::array({"createRuntime", "poststop"})}};
+  return DumpJson(doc, 2) + "\n";
+}
+
+std::string CrioDropIn(const HookInstallOptions& o) {
+  toml::table handler{{"runtime_path", o.runtime_path},
+                      {"runtime_type", "oci"},
+                      {"allowed_annotations", toml::array{kCrioLegacyShmSizeAnnotation}}};
+  toml::table runtime{{"runtimes", toml::table{{o.runtime_name, handler}}}};
+  if (o.set_as_default) runtime.insert("default_runtime", o.runtime_name);
+  // CRI-O's own default list already holds the default directory; setting
+  // hooks_dir replaces the list, so only a directory the user chose is named.
+  if (o.hooks_dir != kDefaultHooksDir) runtime.insert("hooks_dir", toml::array{o.hooks_dir});
+  std::ostringstream s;
+  s << kDropInHeader << toml::toml_formatter(toml::table{{"crio", toml::table{{"runtime", runtime}}}}) << "\n";
+  return s.str();
+}
+
+Result<std::vector<FileChange>> InstallHook(const HookInstallOptions& o) {
+  SHMK_RETURN_IF_ERROR(CheckOptions(o));
+  std::vector<FileChange> out;
+  for (const Owned& f : Files(o)) {
+    SHMK_ASSIGN_OR_RETURN(OptionalFile cur, ReadOptionalFile(f.path, 1 << 20));
+    if (cur.exists && !IsOurs(f.path, cur.text)) {
+      return Status::Invalid(f.path + " exists and was not written by shmkeeper; move it away first");
+    }
+    out.push_back({f.path, {cur.text != f.content || !cur.exists, cur.text, f.content, false}});
+  }
+  if (o.dry_run) return out;
+  for (const FileChange& f : out) {
+    if (!f.change.changed) continue;
+    SHMK_RETURN_IF_ERROR(MakeDirs(f.path.substr(0, f.path.rfind('/'))));
+    SHMK_RETURN_IF_ERROR(WriteFileAtomic(f.path, f.change.after, 0644));
+  }
+  return out;
+}
+
+Result<std::vector<FileChange>> UninstallHook(const HookInstallOptions& o) {
+  std::vector<FileChange> out;
+  for (const Owned& f : Files(o)) {
+    SHMK_ASSIGN_OR_RETURN(OptionalFile cur, ReadOptionalFile(f.path, 1 << 20));
+    if (cur.exists && !IsOurs(f.path, cur.text)) {
+      return Status::Invalid(f.path + " was not written by shmkeeper; left alone");
+    }
+    out.push_back({f.path, {cur.exists, cur.text, "", false}});
+  }
+  if (o.dry_run) return out;
+  for (const FileChange& f : out) {
+    if (f.change.changed) SHMK_RETURN_IF_ERROR(Unlink(f.path));
+  }
+  return out;
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,113 @@
+// shmkeeper-hook: the runtime wrapper's /dev/shm decision as an OCI hook, for
+// CRI-O and podman, where the runtime config stays untouched.
+//
+// The runtime runs it with the container state JSON on stdin ({"id", "pid",
+// "bundle", "annotations", "status"}). The stage comes from the argument or,
+// without one, from the state's status: "creating" (createRuntime) and
+// "created" (prestart) size the container's engine-made shm tmpfs (CRI-O's
+// ShmPath, podman's userdata/shm) by remounting it; "stopped" (poststop) tells
+// the agent the container is gone. Bounded: no network, no waiting on the
+// agent (one non-blocking datagram), a failure to reach it changes nothing.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "shmkeeper/config.h"
+#include "shmkeeper/decision_log.h"
+#include "shmkeeper/events.h"
+#include "shmkeeper/json.h"
+#include "shmkeeper/os.h"
+#include "shmkeeper/sizing.h"
+
+namespace shmkeeper {
+namespace {
+
+struct HookState {
+  std::string id, status, bundle;
+};
+
+// The state the runtime pipes in: untrusted in shape, at most 1 MiB.
+Result<HookState> ReadState(std::FILE* in) {
+  std::string text;
+  char buf[8192];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) {
+    text.append(buf, n);
+    if (text.size() > (1 << 20)) return Status::Invalid("container state on stdin is over 1 MiB");
+  }
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return Status::Invalid("container state on stdin is not a JSON object");
+  HookState s;
+  auto str = [&doc](const char* key) {
+    return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : std::string();
+  };
+  s.id = str("id");
+  s.status = str("status");
+  s.bundle = str("bundle");
+  if (s.id.empty() || s.bundle.empty()) return Status::Invalid("container state on stdin has no id or bundle");
+  return s;
+}
+
+std::string StageOf(const std::string& arg, const HookState& s) {
+  if (!arg.empty()) return arg;
+  if (s.status == "creating") return "createRuntime";
+  if (s.status == "created") return "prestart";
+  if (s.status == "stopped") return "poststop";
+  return s.status;
+}
+
+void Report(const Config& config, const std::string& id, const char* level, const Status& s) {
+  std::fprintf(stderr, "shmkeeper-hook: %s\n", s.message().c_str());
+  Json rec = {{"level", level}, {"msg", s.message()}, {"container", id}, {"by", "hook"}};
+  (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
+}
+
+int Run(const std::string& config_flag, const std::string& stage_arg) {
+  Result<Config> loaded = LoadConfig(ResolveConfigPath(config_flag), !config_flag.empty());
+  Config config = loaded.ok() ? *loaded : Config();
+  Result<HookState> state = ReadState(stdin);
+  if (!state.ok()) {
+    Report(config, "", "error", state.status());
+    return 1;
+  }
+  std::string stage = StageOf(stage_arg, *state);
+  if (stage == "poststop") {
+    Json ev = {{"type", "stopped"}, {"id", state->id}};
+    (void)SendEvent(config.agent.event_socket, DumpJson(ev));
+    return 0;
+  }
+  if (stage != "createRuntime" && stage != "prestart") {
+    Report(config, state->id, "warning", Status::Invalid("stage \"" + stage + "\" has nothing to do; ignored"));
+    return 0;
+  }
+  Status s = loaded.ok() ? SizeContainerShm(state->bundle, state->id, config, Applier::kHook, *Os::Default())
+                         : loaded.status();
+  if (s.ok()) return 0;
+  if ((s.IsUserError() && loaded.ok()) || config.on_internal_error == OnInternalError::kFail) {
+    Report(config, state->id, "error", s);
+    return 1;
+  }
+  Report(config, state->id, "warning", s.WithContext("container left as the engine made it"));
+  return 0;
+}
+
+}  // namespace
+}  // namespace shmkeeper
+
+int main(int argc, char** argv) {
+  CLI::App app{"shmkeeper-hook: size /dev/shm from an OCI hook (CRI-O, podman)", "shmkeeper-hook"};
+  std::string config, stage;
+  app.add_option("--config", config, "shmkeeper config (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
+  app.add_option("stage", stage, "createRuntime, prestart or poststop (default: from the state's status)")
+      ->check(CLI::IsMember({"createRuntime", "prestart", "poststop"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "shmkeeper-hook: %s\n", e.what());
+    return 2;
+  }
+  return shmkeeper::Run(config, stage);
+}

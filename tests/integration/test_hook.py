@@ -1,0 +1,166 @@
+"""shmkeeper-hook as an OCI hook of the real runc (no wrapper in front): the
+bundles have the shapes CRI-O and podman give containers (/dev/shm bound from
+an engine-made host tmpfs), and the container reports what it sees."""
+import json
+import os
+import socket
+import subprocess
+import tomllib
+
+import pytest
+
+from harness import BUILD, CLI, df_kib, kib, run
+
+MiB = 1 << 20
+GiB = 1 << 30
+HOOK = BUILD / "plugin" / "shmkeeper-hook"
+PROBE = "df -k /dev/shm"
+
+
+@pytest.fixture
+def env(tmp_path, bins, rootfs, root_and_runc):
+    class Env:
+        pass
+
+    e = Env()
+    e.tmp, e.rootfs = tmp_path, rootfs
+    e.state = tmp_path / "runc-root"
+    e.log = tmp_path / "hook.log"
+    e.events = tmp_path / "events.sock"
+    e.config = tmp_path / "shmkeeper.yaml"
+    e.config.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {e.log}\nagent:\n  eventSocket: {e.events}\n")
+    e.mounts = []
+    yield e
+    for m in e.mounts:
+        subprocess.run(["umount", "-l", str(m)], check=False)
+
+
+def engine_tmpfs(env, path):
+    """The tmpfs an engine makes for a container's /dev/shm (64 MiB)."""
+    path.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", "size=64m,nosuid,nodev,noexec,mode=1777", "shm", path])
+    env.mounts.append(path)
+    return path
+
+
+def bundle(env, name, shm, annotations=None, env_vars=(), args=None):
+    b = env.tmp / name
+    b.mkdir()
+    run(["runc", "spec", "--bundle", b])
+    spec = json.loads((b / "config.json").read_text())
+    spec["root"] = {"path": str(env.rootfs), "readonly": True}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = args or ["sh", "-c", PROBE]
+    spec["process"]["env"] += list(env_vars)
+    spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/dev/shm"]
+    spec["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
+                           "options": ["rbind", "nosuid", "noexec", "nodev"]})
+    spec["annotations"] = annotations or {}
+    hook = {"path": str(HOOK), "args": ["shmkeeper-hook", "--config", str(env.config)], "timeout": 10}
+    spec["hooks"] = {"createRuntime": [hook], "poststop": [hook]}
+    (b / "config.json").write_text(json.dumps(spec))
+    return b
+
+
+def runc_run(env, b, cid):
+    return run(["runc", "--root", env.state, "run", "--bundle", b, cid], check=False, timeout=60)
+
+
+def crio_sandbox(shm, **extra):
+    return {"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.cri-o.ShmPath": str(shm), **extra}
+
+
+@pytest.mark.parametrize("annotations,expected", [
+    ({"shmkeeper.io/shm-size": "1Gi"}, GiB),
+    ({"shm-size.crio.io": "512Mi"}, 512 * MiB),
+    ({}, 256 * MiB),
+], ids=["shmkeeper-annotation", "crio-annotation", "policy-default"])
+def test_hook_sizes_a_crio_sandbox_shm(env, annotations, expected):
+    shm = engine_tmpfs(env, env.tmp / "crio" / "shm")
+    b = bundle(env, "sb", shm, crio_sandbox(shm, **annotations))
+    p = runc_run(env, b, "sandbox-1")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(expected)
+    assert json.loads((b / "shmkeeper-shm.json").read_text())["by"] == "hook"
+    st = os.statvfs(shm)
+    assert st.f_blocks * st.f_frsize == expected
+    opts = [line.split()[3] for line in open("/proc/self/mounts") if line.split()[1] == str(shm)][0]
+    assert {"nosuid", "nodev", "noexec"} <= set(opts.split(","))
+
+
+def test_hook_sizes_a_podman_container_from_env(env):
+    shm = engine_tmpfs(env, env.tmp / "overlay-containers" / "pod-ctr" / "userdata" / "shm")
+    p = runc_run(env, bundle(env, "b", shm, env_vars=["SHMKEEPER_SHM_SIZE=96m"]), "pod-ctr")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(96 * MiB)
+
+
+def test_invalid_annotation_fails_create_and_changes_nothing(env):
+    shm = engine_tmpfs(env, env.tmp / "crio" / "shm")
+    b = bundle(env, "sb", shm, crio_sandbox(shm, **{"shmkeeper.io/shm-size": "lots"}))
+    p = runc_run(env, b, "bad-1")
+    assert p.returncode != 0
+    assert 'shmkeeper-hook: annotation shmkeeper.io/shm-size: invalid size \\"lots\\"' in p.stderr  # runc quotes it
+    st = os.statvfs(shm)
+    assert st.f_blocks * st.f_frsize == 64 * MiB
+    assert run(["runc", "--root", env.state, "list", "-q"], check=False).stdout.split() == []
+
+
+def test_workload_container_of_a_pod_is_left_to_its_sandbox(env):
+    shm = engine_tmpfs(env, env.tmp / "crio" / "shm")
+    ann = {"io.kubernetes.cri-o.ContainerType": "container", "shmkeeper.io/shm-size": "1Gi"}
+    p = runc_run(env, bundle(env, "w", shm, ann), "work-1")
+    assert p.returncode == 0, p.stderr
+    assert df_kib(p.stdout) == kib(64 * MiB)
+    rec = json.loads(env.log.read_text().splitlines()[-1])
+    assert rec["action"] == "skip" and "sized when the pod sandbox was created" in rec["reason"]
+
+
+def test_poststop_tells_the_agent_and_never_blocks(env):
+    shm = engine_tmpfs(env, env.tmp / "crio" / "shm")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(env.events))
+    sock.settimeout(5)
+    try:
+        p = runc_run(env, bundle(env, "sb", shm, crio_sandbox(shm)), "stop-1")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(sock.recv(4096)) == {"type": "stopped", "id": "stop-1"}
+        # Nobody reads the socket now: its queue fills, and hooks still return at once.
+        for i in range(300):
+            sock_full = subprocess.run([str(HOOK), "--config", str(env.config), "poststop"],
+                                       input=json.dumps({"id": f"c{i}", "bundle": "/nonexistent"}),
+                                       capture_output=True, text=True, timeout=5)
+            assert sock_full.returncode == 0
+    finally:
+        sock.close()
+    env.events.unlink()
+    p = runc_run(env, bundle(env, "sb2", shm, crio_sandbox(shm)), "stop-2")  # no agent at all
+    assert p.returncode == 0, p.stderr
+
+
+def test_bad_state_on_stdin_is_one_clear_line(env):
+    for state in ["", "[]", '{"id": "x"}', "{" * 10]:
+        p = subprocess.run([str(HOOK), "--config", str(env.config)], input=state, capture_output=True, text=True,
+                           timeout=5)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1, (state, p.stderr)
+        assert p.stderr.startswith("shmkeeper-hook: container state on stdin")
+
+
+def test_install_crio_and_podman_write_owned_files_and_remove_them(tmp_path):
+    hooks, conf = tmp_path / "hooks.d", tmp_path / "crio.conf.d"
+    args = ["--hooks-dir", hooks, "--crio-conf-dir", conf]
+    run([CLI, "install", "crio", *args, "--hook-path", HOOK, "--runtime-path", "/usr/sbin/runc", "--set-as-default"])
+    hook = json.loads((hooks / "shmkeeper.json").read_text())
+    assert hook["version"] == "1.0.0" and hook["hook"]["path"] == str(HOOK)
+    assert hook["stages"] == ["createRuntime", "poststop"] and hook["when"] == {"always": True}
+    dropin = tomllib.loads((conf / "99-shmkeeper.conf").read_text())["crio"]["runtime"]
+    assert dropin["default_runtime"] == "shmkeeper"
+    assert dropin["runtimes"]["shmkeeper"]["runtime_path"] == "/usr/sbin/runc"
+    assert "io.kubernetes.cri-o.ShmSize" in dropin["runtimes"]["shmkeeper"]["allowed_annotations"]
+    assert dropin["hooks_dir"] == [str(hooks)]
+    run([CLI, "uninstall", "crio", *args])
+    assert list(hooks.iterdir()) == [] and list(conf.iterdir()) == []
+    (hooks / "shmkeeper.json").write_text('{"hook": {"path": "/opt/other-hook"}}')
+    p = run([CLI, "install", "podman", "--hooks-dir", hooks, "--hook-path", HOOK], check=False)
+    assert p.returncode == 2 and "was not written by shmkeeper" in p.stderr
+    assert (hooks / "shmkeeper.json").read_text() == '{"hook": {"path": "/opt/other-hook"}}'
