@@ -57,7 +57,7 @@ for target in size config spec runtime_args selector procfs compose containerd_c
 done
 
 stage "integration and end-to-end tests (real runc, dockerd, docker-compose, PyTorch)"
-SHMKEEPER_BUILD_DIR="$repo/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/e2e \
+SHMKEEPER_BUILD_DIR="$repo/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/deploy tests/e2e \
   --junitxml "$results/pytest.xml"
 
 if [ "${CI:-}" = true ] || [ "${SHMKEEPER_QUICKSTART:-0}" = 1 ]; then

@@ -9,6 +9,7 @@
 #include "server.h"
 #include "shmkeeper/agent.h"
 #include "shmkeeper/decision_log.h"
+#include "shmkeeper/fileutil.h"
 #include "shmkeeper/json.h"
 #include "shmkeeper/version.h"
 
@@ -31,6 +32,15 @@ void Log(const char* level, const std::string& msg, Json extra = Json::object())
   std::cerr << DumpJson(extra) << std::endl;
 }
 
+// "auto": the first CRI socket that exists (containerd, then CRI-O).
+std::string ResolveCriSocket(const std::string& configured) {
+  if (configured != "auto") return configured;
+  for (const char* p : {"/run/containerd/containerd.sock", "/run/crio/crio.sock", "/var/run/crio/crio.sock"}) {
+    if (PathExists(p)) return std::string("unix://") + p;
+  }
+  return "unix:///run/containerd/containerd.sock";
+}
+
 void ReportReconcile(const ReconcileResult& r) {
   Json pod = {{"sandbox", r.sandbox_id}, {"namespace", r.ns}, {"name", r.name}};
   if (!r.status.ok()) {
@@ -50,6 +60,9 @@ int Run(int argc, char** argv) {
   app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
   app.add_option("--socket", socket, "Override agent.socket");
   app.add_option("--metrics-address", metrics, "Override agent.metricsAddress");
+  bool check_config = false, reconcile = false;
+  app.add_flag("--reconcile", reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
+  app.add_flag("--check-config", check_config, "Parse the config, print the effective settings as JSON and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -62,6 +75,15 @@ int Run(int argc, char** argv) {
   if (!config.ok()) {
     std::cerr << "shmkeeperd: " << config.status().message() << "\n";
     return 2;
+  }
+  if (reconcile) {
+    config->agent.reconcile = true;
+    if (config->agent.cri_socket.empty()) config->agent.cri_socket = "auto";
+  }
+  config->agent.cri_socket = ResolveCriSocket(config->agent.cri_socket);
+  if (check_config) {
+    std::cout << DumpJson(ConfigToJson(*config), 2) << "\n";
+    return 0;
   }
   if (!socket.empty()) config->agent.socket = socket;
   if (app.count("--metrics-address")) config->agent.metrics_address = metrics;

@@ -134,6 +134,7 @@ void AddHook(CLI::App& parent, Outcome& outcome, bool install, bool crio) {
   cmd->add_option("--hooks-dir", opts->hooks_dir, "OCI hooks directory")->capture_default_str();
   if (crio) cmd->add_option("--crio-conf-dir", opts->crio_conf_dir, "CRI-O drop-in directory")->capture_default_str();
   cmd->add_flag("--dry-run", opts->dry_run, "Print the files; write nothing");
+  cmd->add_option("--root", opts->root, "Write the files under this directory (the host's / mounted in a container)");
   if (install) {
     cmd->add_option("--hook-path", opts->hook_path, "Path of shmkeeper-hook")->capture_default_str();
     cmd->add_option("--hook-config", opts->hook_config, "shmkeeper config file the hook is started with");

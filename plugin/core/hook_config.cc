@@ -23,8 +23,8 @@ struct Owned {
 };
 
 std::vector<Owned> Files(const HookInstallOptions& o) {
-  std::vector<Owned> files = {{o.hooks_dir + "/" + kHookFile, HookJson(o)}};
-  if (o.crio) files.push_back({o.crio_conf_dir + "/" + kDropInFile, CrioDropIn(o)});
+  std::vector<Owned> files = {{o.root + o.hooks_dir + "/" + kHookFile, HookJson(o)}};
+  if (o.crio) files.push_back({o.root + o.crio_conf_dir + "/" + kDropInFile, CrioDropIn(o)});
   return files;
 }
 

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from harness import (CLI, CRI_TOOL, PAUSE_IMAGE, RUNTIME, SHMTOOL, AgentProcess, PrivateContainerd, df_kib, require,
+from harness import (BUILD, CLI, CRI_TOOL, REPO, PAUSE_IMAGE, RUNTIME, SHMTOOL, AgentProcess, PrivateContainerd, df_kib, require,
                      run, shm_mounts_under, wait_for, write_image_archive)
 
 MiB = 1 << 20
@@ -68,8 +68,8 @@ class Pod:
         self.id = p.stdout.strip() if p.returncode == 0 else None
         return p
 
-    def container(self, name, *cmd, mounts=()):
-        cfg = {"metadata": {"name": name}, "image": {"image": PAUSE_IMAGE}, "command": list(cmd),
+    def container(self, name, *cmd, mounts=(), image=PAUSE_IMAGE):
+        cfg = {"metadata": {"name": name}, "image": {"image": image}, "command": list(cmd),
                "mounts": [{"container_path": c, "host_path": str(h), "readonly": True} for c, h in mounts]}
         path = self.dir / f"{name}.json"
         path.write_text(json.dumps(cfg))
@@ -287,3 +287,19 @@ def test_agent_only_mode_leaves_a_bad_annotation_at_the_engine_size(plain_contai
     wait_for(lambda: 'invalid size \\"lots\\"' in reconciler.log.read_text(), timeout=SCAN + 3,
              what="the reconcile warning")
     assert pod.shm_kib("main") == 64 * 1024
+
+
+def test_offline_built_agent_image_runs_under_containerd(containerd, pods, tmp_path):
+    """deploy/image/build-offline.sh: the DaemonSet's image, built without a
+    registry, imported and run the way the kubelet would run it."""
+    archive = tmp_path / "shmkeeper.tar"
+    run([REPO / "deploy" / "image" / "build-offline.sh", BUILD, archive, "shmkeeper.test/shmkeeper:test"])
+    containerd.import_image(archive)
+    pod = pods("agent", ns="shmkeeper")
+    pod.run()
+    pod.container("agent", "/bin/sleep", "600", image="shmkeeper.test/shmkeeper:test")
+    assert pod.exec("agent", "/usr/local/bin/shmkeeperd", "--version").stdout.startswith("shmkeeperd ")
+    p = pod.exec("agent", "/usr/local/bin/shmkeeperd", "--check-config", "--config", "/etc/shmkeeper/config.yaml")
+    assert json.loads(p.stdout)["agent"]["socket"] == "/run/shmkeeper/agent.sock"
+    p = pod.exec("agent", "/usr/local/bin/node-setup.sh", check=False)
+    assert p.returncode == 1 and "usage: node-setup.sh install|uninstall" in p.stderr

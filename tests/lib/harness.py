@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -215,29 +216,8 @@ def wait_for(fn, timeout=10, interval=0.2, what="condition"):
 CRI_TOOL = BUILD / "tests" / "cri-tool"
 PAUSE_IMAGE = "shmkeeper.test/pause:1"
 
-
-def write_image_archive(rootfs: Path, ref: str, cmd, out: Path):
-    """A `docker save`-format archive of one layer (the busybox rootfs) that
-    `ctr images import` takes; built offline, no registry or dockerd."""
-    import hashlib
-    import io
-    import tarfile
-    layer = io.BytesIO()
-    with tarfile.open(fileobj=layer, mode="w") as t:
-        t.add(str(rootfs), arcname=".")
-    layer_bytes = layer.getvalue()
-    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
-    config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "config": {"Cmd": cmd, "Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]},
-                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": ["layer/layer.tar"]}]).encode()
-    with tarfile.open(out, "w") as t:
-        for name, data in [("layer/layer.tar", layer_bytes), (config_name, config), ("manifest.json", manifest)]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return out
+sys.path.insert(0, str(REPO / "deploy" / "image"))
+from image_archive import write_image_archive  # noqa: E402,F401  (the offline image builder users run too)
 
 
 class PrivateContainerd:

@@ -64,7 +64,8 @@ struct Config {
     // sharing runtime's creator records go to ("" = off).
     std::string event_socket = "/run/shmkeeper/events.sock";
     // agent.criSocket: the CRI runtime socket (containerd or CRI-O) the agent
-    // lists pod sandboxes on, "unix:///run/containerd/containerd.sock"; "" = off.
+    // lists pod sandboxes on, "unix:///run/containerd/containerd.sock";
+    // "auto" = containerd's or CRI-O's default socket, whichever exists; "" = off.
     std::string cri_socket;
     // agent.reconcile: agent-only mode. Resize each pod sandbox's /dev/shm to
     // its annotation (or the policy) from the CRI's view, for nodes whose

@@ -29,6 +29,9 @@ struct HookInstallOptions {
   std::string runtime_path;                // its OCI runtime (crun or runc)
   bool set_as_default = false;             // CRI-O default_runtime
   bool dry_run = false;
+  // Prefix for the files written (the host's / mounted in a container);
+  // the paths inside them stay as the engine sees them.
+  std::string root;
 };
 
 struct FileChange {

@@ -1,0 +1,23 @@
+# The shmkeeper node image: shmkeeperd, the node-setup script the DaemonSet's
+# init container runs, and the binaries it copies to the host.
+#   docker build -t shmkeeper/shmkeeper:0.1.0 .
+# Offline (no registry reachable), deploy/image/build-offline.sh builds the
+# same image from a local build.
+FROM debian:bookworm AS build
+WORKDIR /src
+COPY deploy/install-deps.sh deploy/install-deps.sh
+RUN deploy/install-deps.sh build
+COPY . .
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DSHMKEEPER_BUILD_TESTS=OFF \
+ && cmake --build /build -j"$(nproc)" \
+ && cmake --install /build --prefix /out
+
+FROM debian:bookworm-slim
+RUN apt-get update -qq \
+ && apt-get install -y -qq --no-install-recommends libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 libtomlplusplus3 \
+      libssl3 zlib1g libbrotli1 util-linux \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/bin/ /usr/local/bin/
+COPY deploy/image/node-setup.sh /usr/local/bin/node-setup.sh
+COPY deploy/config/config.yaml /etc/shmkeeper/config.yaml
+ENTRYPOINT ["/usr/local/bin/shmkeeperd"]
