@@ -99,6 +99,7 @@ void ToProto(const LeakRecord& in, v1::Leak* out) {
   ev->set_creator_pid(in.creator_pid);
   ev->set_creator_source(in.creator_source);
   ev->set_creator_dead(in.creator_dead);
+  ev->set_creator_command(in.creator_command);
   ev->set_name_pattern(in.name_pattern);
   ev->set_last_holder_pid(in.last_holder_pid);
   ev->set_last_holder_command(in.last_holder_command);

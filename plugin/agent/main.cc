@@ -102,7 +102,7 @@ int Run(int argc, char** argv) {
     cri = std::make_shared<CriClient>(config->agent.cri_socket);
     agent.SetReconciler({[cri] { return cri->ListSandboxes(); }, ReportReconcile});
   }
-  agent.Start();
+  if (Status s = agent.Start(); !s.ok()) Log("warning", s.message() + "; creator records and hook events are off");
   AgentServer server(&agent, ServerOptions::FromConfig(*config));
   if (Status s = server.Start(); !s.ok()) {
     Log("error", s.message());

@@ -172,14 +172,64 @@ bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& term
 
 // ---- Agent -----------------------------------------------------------------
 
+namespace {
+ScanOptions WithCreators(ScanOptions scan) {
+  if (!scan.creators) scan.creators = std::make_shared<CreatorBook>();
+  return scan;
+}
+}  // namespace
+
 Agent::Agent(const Config& config, ScanOptions scan)
-    : config_(config), scanner_(scan), runtime_roots_(std::move(scan.runtime_roots)) {}
+    : config_(config),
+      scanner_(WithCreators(scan)),
+      runtime_roots_(scan.runtime_roots),
+      creators_(WithCreators(scan).creators) {}
 
 Agent::~Agent() { Stop(); }
 
-void Agent::Start() {
+Status Agent::Start() {
+  Status events = Status::Ok();
+  if (!config_.agent.event_socket.empty()) {
+    receiver_ = std::make_unique<EventReceiver>(config_.agent.event_socket,
+                                                [this](pid_t pid, const std::string& p) { OnDatagram(pid, p); });
+    events = receiver_->Start().WithContext("event socket");
+    if (!events.ok()) receiver_.reset();
+  }
+  watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); });
+  if (!watcher_->Start().ok()) watcher_.reset();
   ScanNow();
   loop_ = std::thread([this] { Loop(); });
+  return events;
+}
+
+void Agent::Poke() {
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    poked_ = true;
+  }
+  loop_cv_.notify_all();
+}
+
+void Agent::OnDatagram(pid_t sender, const std::string& payload) {
+  if (payload.find("\"create\"") != std::string::npos) {
+    Result<std::pair<FileKey, CreatorRecord>> rec = CreatorFromDatagram(payload, sender);
+    if (rec.ok()) creators_->Record(rec->first, rec->second);
+    return;
+  }
+  Poke();  // "stopped", "unlink": the node changed
+}
+
+// The directories whose changes are worth an early scan.
+std::vector<std::string> Agent::WatchPaths(const NodeSnapshot& snap) const {
+  std::vector<std::string> paths = runtime_roots_;
+  for (const PodRecord& p : snap.pods) {
+    if (!p.host_dir.empty()) {
+      paths.push_back(p.host_dir);
+    } else if (p.access_pid > 0 && !p.shares_host_shm) {
+      paths.push_back("/proc/" + std::to_string(p.access_pid) + "/root/dev/shm");
+    }
+  }
+  return paths;
 }
 
 void Agent::Stop() {
@@ -189,15 +239,23 @@ void Agent::Stop() {
   }
   loop_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  receiver_.reset();
+  watcher_.reset();
 }
 
 void Agent::Loop() {
+  constexpr auto kMinGap = std::chrono::seconds(1);  // event-driven scans: at most one a second
   std::unique_lock<std::mutex> l(loop_mu_);
+  auto last = std::chrono::steady_clock::now();
   while (!stop_) {
-    loop_cv_.wait_for(l, config_.agent.scan_interval, [this] { return stop_.load(); });
+    loop_cv_.wait_for(l, config_.agent.scan_interval, [this] { return stop_.load() || poked_; });
     if (stop_) break;
+    if (poked_) loop_cv_.wait_until(l, last + kMinGap, [this] { return stop_.load(); });
+    if (stop_) break;
+    poked_ = false;
     l.unlock();
     ScanNow();
+    last = std::chrono::steady_clock::now();
     l.lock();
   }
 }
@@ -230,6 +288,7 @@ void Agent::ScanNow() {
   }
   peak_used_ = std::move(peaks);
   auto next = std::make_shared<const NodeSnapshot>(std::move(snap));
+  if (watcher_) watcher_->SetPaths(WatchPaths(*next));
   Publish(next);
   AutoReclaim(*next);
 }

@@ -229,7 +229,13 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
     NameHint hint = CreatorHintFromName(f.path);
     l.name_pattern = hint.pattern;
     l.creator_pid = hint.pid;
-    if (hint.pid) {
+    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
+    if (rec) {  // exact: the kernel named the creator when it made the file
+      l.creator_pid = rec->ns_pid;
+      l.creator_source = "record";
+      l.creator_command = rec->command;
+      l.creator_dead = !rec->Alive(opts_.proc);
+    } else if (hint.pid) {
       l.creator_source = "name:" + hint.pattern;
       l.creator_dead = access && table.HostPid(access->pid_ns, hint.pid) == 0;
     }
@@ -303,6 +309,7 @@ NodeSnapshot Scanner::Scan() {
     SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
   }
   std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
+  if (opts_.creators) opts_.creators->Retain(live_keys_);
   std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
   snap.scans = ++scans_;
   snap.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);

@@ -13,8 +13,10 @@
 
 #include <fstream>
 #include <future>
+#include <thread>
 
 #include "server.h"
+#include "shmkeeper/events.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
 
 namespace shmkeeper::agent {
@@ -30,13 +32,14 @@ class AgentServerTest : public ::testing::Test {
     ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
     config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
     config_.leaks.grace = std::chrono::seconds(0);
+    config_.agent.event_socket = dir_ + "/events.sock";
     ScanOptions scan;
     scan.runtime_roots = {dir_ + "/no-runtime"};
     scan.docker_socket = "";
     scan.host_shm_dirs = {shm_};
     scan.grace = config_.leaks.grace;
     agent_ = std::make_unique<Agent>(config_, scan);
-    agent_->Start();
+    ASSERT_TRUE(agent_->Start().ok());
     ServerOptions opts;
     opts.unix_socket = dir_ + "/agent.sock";
     opts.metrics_address = "127.0.0.1:0";
@@ -279,6 +282,42 @@ TEST_F(AgentServerTest, HealthAndMetrics) {
   EXPECT_NE(metrics->body.find("shmkeeper_pod_shm_files{namespace=\"\",pod=\"" + shm_), std::string::npos);
   EXPECT_NE(metrics->body.find("shmkeeper_scan_duration_seconds "), std::string::npos);
   EXPECT_NE(metrics->body.find("# TYPE shmkeeper_pod_shm_used_bytes gauge"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shmkeeper::agent
+
+namespace shmkeeper::agent {
+namespace {
+
+// Waits up to `seconds` for the agent's snapshot to satisfy `done`.
+template <typename F>
+bool Eventually(const Agent& a, double seconds, F done) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto s = a.Snapshot(); s && done(*s)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The periodic scan is an hour away: only inotify can make the agent see a
+// new file in a watched shm directory.
+TEST_F(AgentServerTest, AFileInAWatchedDirectoryTriggersAScan) {
+  int64_t before = agent_->Snapshot()->scans;
+  Write("fresh", 4096);
+  EXPECT_TRUE(Eventually(
+      *agent_, 5, [&](const NodeSnapshot& s) { return s.scans > before && !s.pods.empty() && s.pods[0].files == 1; }));
+}
+
+// A datagram on the event socket (the hook's poststop) wakes the agent too.
+TEST_F(AgentServerTest, AStoppedEventTriggersAScan) {
+  int64_t before = agent_->Snapshot()->scans;
+  ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
+  EXPECT_TRUE(Eventually(*agent_, 5, [&](const NodeSnapshot& s) { return s.scans > before; }));
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ + "/events.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);  // any container user may send; nothing in a payload is trusted
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ def main():
         agent = harness.AgentProcess(tmp, f"""
 agent:
   socket: {tmp}/agent.sock
+  eventSocket: ""
   metricsAddress: ""
   scanInterval: 2s
   runtimeRoots: []

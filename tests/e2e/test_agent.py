@@ -17,6 +17,7 @@ def agent(docker_engine, tmp_path_factory):
     a = AgentProcess(base, f"""
 agent:
   socket: {base}/agent.sock
+  eventSocket: {base}/events.sock
   metricsAddress: 127.0.0.1:0
   scanInterval: {SCAN}s
   runtimeRoots: [{docker_engine.exec_root}/runtime-runc/moby]

@@ -177,6 +177,7 @@ def cri_agent(containerd, tmp_path_factory):
     a = AgentProcess(base, f"""
 agent:
   socket: {base}/agent.sock
+  eventSocket: {base}/events.sock
   metricsAddress: ""
   scanInterval: {SCAN}s
   runtimeRoots: [{containerd.runc_root}/k8s.io]
@@ -253,6 +254,7 @@ shm:
   default: 256Mi
 agent:
   socket: {base}/agent.sock
+  eventSocket: {base}/events.sock
   metricsAddress: ""
   scanInterval: {SCAN}s
   runtimeRoots: [{plain_containerd.runc_root}/k8s.io]

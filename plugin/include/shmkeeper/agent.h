@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "shmkeeper/config.h"
+#include "shmkeeper/node_events.h"
 #include "shmkeeper/node_scan.h"
 #include "shmkeeper/reclaim.h"
 #include "shmkeeper/reconcile.h"
@@ -91,8 +92,13 @@ class Agent {
   // REQUIRES: called before Start().
   void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
 
-  // Starts the scan loop (the first scan runs before Start returns).
-  void Start();
+  // Starts the scan loop (the first scan runs before Start returns), the
+  // event socket receiver (agent.eventSocket) and the inotify watcher.
+  // Returns the first error of the event socket (the scans run regardless).
+  Status Start();
+  // Asks for a scan soon (at most one per second beyond the periodic ones).
+  void Poke();
+  const CreatorBook& creators() const { return *creators_; }
   void Stop();
   // Runs one scan now and publishes it (tests and the CLI's --once).
   void ScanNow();
@@ -116,6 +122,8 @@ class Agent {
  private:
   void Loop();
   void Reconcile();
+  void OnDatagram(pid_t sender, const std::string& payload);
+  std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
   void Publish(std::shared_ptr<const NodeSnapshot> next);
   void AutoReclaim(const NodeSnapshot& snap);
   void RecordReclaim(const ReclaimOutcome& out);
@@ -124,6 +132,7 @@ class Agent {
   std::mutex scan_mu_;  // one scan at a time
   Scanner scanner_;
   std::vector<std::string> runtime_roots_;
+  std::shared_ptr<CreatorBook> creators_;
   Reconciler reconciler_;
   std::set<std::string> reported_;  // reconcile errors already reported; guarded by scan_mu_
   mutable std::mutex mu_;
@@ -133,7 +142,10 @@ class Agent {
   std::atomic<bool> stop_{false};
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
+  bool poked_ = false;  // guarded by loop_mu_
   std::thread loop_;
+  std::unique_ptr<EventReceiver> receiver_;
+  std::unique_ptr<ChangeWatcher> watcher_;
   std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};
 };
 

@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "shmkeeper/creator_book.h"
 #include "shmkeeper/discovery.h"
 #include "shmkeeper/proc_table.h"
 #include "shmkeeper/shm_dir.h"
@@ -80,6 +82,7 @@ struct LeakRecord {
   LeakState state = LeakState::kOrphaned;
   pid_t creator_pid = 0;  // in the pod's pid namespace
   std::string creator_source, name_pattern;
+  std::string creator_command;  // from a creator record
   bool creator_dead = false;
   pid_t last_holder_pid = 0;
   std::string last_holder_command;
@@ -113,6 +116,9 @@ struct ScanOptions {
   std::chrono::seconds grace{60};
   std::string proc = "/proc";
   size_t top_segments = 10;
+  // Creator records from the sharing runtime (shared with the agent's event
+  // receiver); null = names are the only creator evidence.
+  std::shared_ptr<CreatorBook> creators;
 };
 
 // Creator hint from a segment name: torch_<pid>_…, sgl_shm_<kind>_<pid>_…

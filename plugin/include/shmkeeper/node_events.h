@@ -1,0 +1,60 @@
+// What wakes the agent between periodic scans: datagrams on its event socket
+// (the hook's "stopped", the sharing runtime's creator records) and inotify
+// on the shm directories and runtime state roots it knows.
+//
+// Each class owns one thread, started by Start and joined by the destructor.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmkeeper/fileutil.h"
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+// A SOCK_DGRAM unix socket with SO_PASSCRED. `on_datagram` gets the sender's
+// pid as the kernel reports it (in the agent's pid namespace) and the payload.
+// The socket is mode 0666: any container user may send, because nothing in
+// a payload is trusted (see creator_book.h).
+class EventReceiver {
+ public:
+  using Handler = std::function<void(pid_t sender, const std::string& payload)>;
+  EventReceiver(std::string path, Handler on_datagram);
+  ~EventReceiver();
+  Status Start();
+
+ private:
+  void Run();
+  std::string path_;
+  Handler handler_;
+  UniqueFd sock_, stop_;
+  std::thread thread_;
+};
+
+// inotify on a set of directories; `on_change` runs on the watcher's thread
+// for any create, delete, move or finished write in them.
+class ChangeWatcher {
+ public:
+  explicit ChangeWatcher(std::function<void()> on_change);
+  ~ChangeWatcher();
+  Status Start();
+  // Replaces the watched set (directories that vanish are dropped).
+  void SetPaths(const std::vector<std::string>& paths);
+
+ private:
+  void Run();
+  std::function<void()> on_change_;
+  UniqueFd inotify_, stop_;
+  std::mutex mu_;
+  std::map<std::string, int> watches_;  // path -> wd
+  std::thread thread_;
+};
+
+}  // namespace shmkeeper
