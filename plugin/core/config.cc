@@ -133,6 +133,10 @@ const Field kFields[] = {
     {"agent.tcp.clientCAFile",
      [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.client_ca_file); }},
     {"agent.tcp.insecure", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.tcp.insecure); }},
+    {"inject.preload", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->inject.preload); }},
+    {"inject.library", [](const YAML::Node& n, Config* c) { return SetString(n, &c->inject.library); }},
+    {"cuda.devDir", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.dev_dir); }},
+    {"cuda.procDevices", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.proc_devices); }},
     {"leaks.grace",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
@@ -267,6 +271,8 @@ nlohmann::json ConfigToJson(const Config& c) {
       {"onInternalError", kOnErrorNames[static_cast<size_t>(c.on_internal_error)]},
       {"runtime", {{"path", c.runtime.path.empty() ? "runc or crun from PATH" : c.runtime.path}}},
       {"log", {{"path", c.log.path}, {"level", LogLevelName(c.log.level)}}},
+      {"inject", {{"preload", c.inject.preload}, {"library", c.inject.library}}},
+      {"cuda", {{"devDir", c.cuda.dev_dir}, {"procDevices", c.cuda.proc_devices}}},
       {"agent",
        {{"socket", c.agent.socket},
         {"scanInterval", std::to_string(c.agent.scan_interval.count()) + "ms"},

@@ -9,10 +9,12 @@
 
 namespace shmkeeper {
 
-Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, int flags, bool allow_xdev) {
+namespace {
+
+Result<UniqueFd> OpenAt2(int root_fd, const std::string& path, int flags, uint64_t resolve) {
   struct open_how how = {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | (allow_xdev ? 0 : RESOLVE_NO_XDEV);
+  how.resolve = resolve;
   std::string_view trimmed = path;
   while (!trimmed.empty() && trimmed.front() == '/') trimmed.remove_prefix(1);
   const std::string rel(trimmed.empty() ? std::string_view(".") : trimmed);
@@ -22,6 +24,16 @@ Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, int flags, boo
   } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
   if (fd < 0) return Status::FromErrno(errno, "open " + path + " in root");
   return UniqueFd(static_cast<int>(fd));
+}
+
+}  // namespace
+
+Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, int flags, bool allow_xdev) {
+  return OpenAt2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | (allow_xdev ? 0 : RESOLVE_NO_XDEV));
+}
+
+Result<UniqueFd> OpenNoSymlinks(int root_fd, const std::string& path, int flags) {
+  return OpenAt2(root_fd, path, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
 }
 
 Result<UniqueFd> OpenProcessDir(int pid, const std::string& path, const std::string& proc) {

@@ -1,10 +1,27 @@
 #include "shmkeeper/sizing.h"
 
+#include <unistd.h>
+
+#include <climits>
+
 #include "shmkeeper/decision_log.h"
+#include "shmkeeper/inject.h"
 #include "shmkeeper/shm_plan.h"
 #include "shmkeeper/spec.h"
 
 namespace shmkeeper {
+namespace {
+
+// Where this binary lives (the preload library is looked up next to it).
+std::string ExecutableDir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/usr/local/bin";
+  std::string self(buf, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/'));
+}
+
+}  // namespace
 
 Status SizeContainerShm(const std::string& bundle, const std::string& container_id, const Config& config, Applier who,
                         Os& os) {
@@ -16,13 +33,22 @@ Status SizeContainerShm(const std::string& bundle, const std::string& container_
     plan.reason = "/dev/shm is a tmpfs in the spec, mounted before hooks run; use shmkeeper-runtime to size it";
   }
   SHMK_RETURN_IF_ERROR(ApplyShm(plan, &spec, os));
-  if (plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs) {
-    SHMK_RETURN_IF_ERROR(spec.Save());
+  bool edited = plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs;
+  Json record = DecisionRecord(container_id, plan);
+  if (who == Applier::kRuntime) {  // the spec can change only before the real runtime reads it
+    std::vector<std::string> notes;
+    InjectResult preload = InjectPreload(&spec, bundle, config, ExecutableDir());
+    InjectResult cuda = InjectCudaIpc(&spec, config, &notes);
+    edited = edited || preload.changed || cuda.changed;
+    record["preload"] = preload.what;
+    if (!cuda.what.empty()) record["cuda"] = cuda.what;
+    if (!notes.empty()) record["notes"] = notes;
   }
+  if (edited) SHMK_RETURN_IF_ERROR(spec.Save());
   if (plan.action != ShmAction::kSkip) {
     (void)WriteSizingRecord(bundle, SizingRecordOf(plan, who == Applier::kHook ? "hook" : "runtime"));
   }
-  (void)AppendJsonLine(config.log.path, DecisionRecord(container_id, plan), LogLevel::kInfo, config.log.level);
+  (void)AppendJsonLine(config.log.path, record, LogLevel::kInfo, config.log.level);
   return Status::Ok();
 }
 

@@ -62,7 +62,7 @@ struct Config {
     std::vector<std::string> host_shm_dirs;
     // agent.eventSocket: the datagram socket the hook's poststop and the
     // sharing runtime's creator records go to ("" = off).
-    std::string event_socket = "/run/shmkeeper/events.sock";
+    std::string event_socket = "/run/shmkeeper/events/events.sock";
     // agent.criSocket: the CRI runtime socket (containerd or CRI-O) the agent
     // lists pod sandboxes on, "unix:///run/containerd/containerd.sock";
     // "auto" = containerd's or CRI-O's default socket, whichever exists; "" = off.
@@ -79,6 +79,21 @@ struct Config {
       bool insecure = false;       // agent.tcp.insecure: plaintext TCP, only when asked
     } tcp;
   } agent;
+  struct Inject {
+    // inject.preload: bind-mount libshmkeeper-preload.so into containers whose
+    // image has glibc's loader and add it to LD_PRELOAD (opt out per container:
+    // annotation shmkeeper.io/inject: "false" or env SHMKEEPER_INJECT=0).
+    bool preload = true;
+    // inject.library: the library on the host. "" = next to shmkeeper-runtime,
+    // or ../lib/shmkeeper/ from it.
+    std::string library;
+  } inject;
+  struct Cuda {
+    // cuda.devDir and cuda.procDevices: where the NVIDIA device nodes and the
+    // kernel's device list are read (other values only for tests).
+    std::string dev_dir = "/dev";
+    std::string proc_devices = "/proc/devices";
+  } cuda;
   struct Leaks {
     // leaks.grace: how long a segment must stay unheld before reclaim.
     std::chrono::seconds grace{60};

@@ -15,6 +15,10 @@ namespace shmkeeper {
 // `flags` are open(2) flags; O_CLOEXEC is always added.
 Result<UniqueFd> OpenInRoot(int root_fd, const std::string& path, int flags, bool allow_xdev = true);
 
+// Opens `path` below `root_fd` refusing any symlink on the way (ELOOP), for
+// paths shmkeeper is about to create things under.
+Result<UniqueFd> OpenNoSymlinks(int root_fd, const std::string& path, int flags);
+
 // Opens the directory `path` (as seen by process `pid`) through
 // /proc/<pid>/root with OpenInRoot, so the container's own symlinks resolve
 // inside its root and never on the host.

@@ -1,0 +1,180 @@
+"""What shmkeeper-runtime injects, seen from inside containers of the real
+runc: the sharing runtime (ENOSPC instead of SIGBUS) in glibc images only,
+its opt-outs, a hostile rootfs, and CUDA IPC device nodes made with mknod."""
+import json
+import os
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import BUILD, RUNTIME, make_busybox_rootfs, run
+
+MiB = 1 << 20
+SHMGROW = BUILD / "tests" / "shmgrow"
+PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
+
+
+def glibc_rootfs(root: Path):
+    """busybox plus glibc's loader and libc: an image a dynamic program runs in."""
+    make_busybox_rootfs(root)
+    for lib in ["/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6"]:
+        dest = root / lib.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(lib), dest)
+    shutil.copy2(SHMGROW, root / "bin" / "shmgrow")
+    return root
+
+
+@pytest.fixture
+def env(tmp_path, bins, root_and_runc):
+    assert SHMGROW.exists() and PRELOAD.exists(), "shmgrow and the preload library must be built"
+
+    class Env:
+        pass
+
+    e = Env()
+    e.tmp = tmp_path
+    e.state = tmp_path / "runc-root"
+    e.log = tmp_path / "runtime.log"
+    e.events = tmp_path / "events" / "events.sock"
+    e.events.parent.mkdir()
+    e.config = tmp_path / "shmkeeper.yaml"
+    e.config.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {e.log}\n"
+                        f"agent:\n  eventSocket: {e.events}\n")
+    return e
+
+
+def bundle(env, rootfs, name, args, annotations=None, env_vars=()):
+    b = env.tmp / name
+    b.mkdir()
+    run(["runc", "spec", "--bundle", b])
+    spec = json.loads((b / "config.json").read_text())
+    spec["root"] = {"path": str(rootfs), "readonly": True}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = args
+    spec["process"]["env"] += list(env_vars)
+    spec["annotations"] = annotations or {}
+    (b / "config.json").write_text(json.dumps(spec))
+    return b
+
+
+def wrapped(env, b, cid):
+    return run([RUNTIME, "--config", env.config, "--root", env.state, "run", "--bundle", b, cid],
+               check=False, timeout=60)
+
+
+def last_decision(env):
+    return [json.loads(line) for line in env.log.read_text().splitlines() if '"shm decision"' in line][-1]
+
+
+@pytest.fixture
+def glibc(tmp_path):
+    return glibc_rootfs(tmp_path / "glibc-rootfs")
+
+
+def test_full_shm_is_enospc_with_the_preload_and_sigbus_without(env, glibc):
+    small = ["SHMKEEPER_SHM_SIZE=32m"]
+    p = wrapped(env, bundle(env, glibc, "a", ["shmgrow", "create", "seg", "64"], env_vars=small), "c-enospc")
+    assert p.returncode == 28, (p.returncode, p.stdout, p.stderr)
+    assert "ftruncate: errno 28" in p.stdout
+    assert "shmkeeper: cannot reserve 64.0 MiB for /dev/shm/seg: /dev/shm has 32.0 MiB free of 32.0 MiB" in p.stderr
+    assert "shmkeeper.io/shm-size" in p.stderr and "SHMKEEPER_SHM_SIZE" in p.stderr
+    assert last_decision(env)["preload"] == "preload"
+    p = wrapped(env, bundle(env, glibc, "b", ["shmgrow", "create", "seg", "64"],
+                            env_vars=small + ["SHMKEEPER_INJECT=0"]), "c-sigbus")
+    assert p.returncode in (135, -7), (p.returncode, p.stderr)  # 128 + SIGBUS
+    assert last_decision(env)["preload"] == "skip: SHMKEEPER_INJECT=0"
+
+
+def test_a_segment_that_fits_is_untouched(env, glibc):
+    p = wrapped(env, bundle(env, glibc, "a", ["shmgrow", "create", "seg", "16"]), "c-fits")
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_preload_is_appended_to_the_containers_own(env, glibc):
+    p = wrapped(env, bundle(env, glibc, "a", ["shmgrow", "env"], env_vars=["LD_PRELOAD=/lib/x.so"]), "c-env")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "/lib/x.so:/run/shmkeeper/libshmkeeper-preload.so"
+
+
+def test_static_image_and_the_annotation_opt_out_get_nothing(env, rootfs, glibc):
+    p = wrapped(env, bundle(env, rootfs, "s", ["sh", "-c", "echo ${LD_PRELOAD:-none}"]), "c-static")
+    assert p.returncode == 0 and p.stdout.strip() == "none", p.stderr
+    assert last_decision(env)["preload"] == "skip: the image has no glibc dynamic loader (static or musl)"
+    p = wrapped(env, bundle(env, glibc, "o", ["shmgrow", "env"], {"shmkeeper.io/inject": "false"}), "c-optout")
+    assert p.returncode == 0 and p.stdout.strip() == "none", p.stderr
+    assert last_decision(env)["preload"] == "skip: annotation shmkeeper.io/inject is false"
+
+
+@pytest.mark.parametrize("link", ["run", "run/shmkeeper"])
+def test_a_symlink_at_the_mount_point_is_refused(env, glibc, link):
+    outside = env.tmp / "outside"
+    outside.mkdir()
+    target = glibc / link
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(outside)  # absolute: on the host it would escape the rootfs
+    p = wrapped(env, bundle(env, glibc, "l", ["shmgrow", "env"]), "c-link")
+    assert p.returncode == 0 and p.stdout.strip() == "none", p.stderr
+    assert last_decision(env)["preload"].startswith("skip: refused: /")
+    assert list(outside.iterdir()) == []  # nothing was created outside the rootfs
+
+
+# ---- CUDA IPC: device nodes made with mknod, a fake /proc/devices -------------
+
+@pytest.fixture
+def gpu_host(env):
+    dev = env.tmp / "dev"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    for name, major, minor in [("nvidia0", 195, 0), ("nvidia1", 195, 1), ("nvidiactl", 195, 255),
+                               ("nvidia-uvm", 511, 0), ("nvidia-uvm-tools", 511, 1),
+                               ("nvidia-caps/nvidia-cap1", 510, 1), ("nvidia7", 12, 7)]:
+        os.mknod(dev / name, 0o666 | 0o020000, os.makedev(major, minor))
+    (dev / "nvidia9").symlink_to("/dev/null")  # not a device node: ignored
+    devices = env.tmp / "proc-devices"
+    devices.write_text("Character devices:\n  1 mem\n195 nvidia-frontend\n510 nvidia-caps\n511 nvidia-uvm\n\n"
+                       "Block devices:\n  8 sd\n")
+    with open(env.config, "a") as f:
+        f.write(f"cuda:\n  devDir: {dev}\n  procDevices: {devices}\n")
+    return dev
+
+
+PROBE = ("for d in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools "
+         "/dev/nvidia-caps/nvidia-cap1 /dev/nvidia7 /dev/nvidia9; do "
+         "[ -e $d ] && stat -c '%n %t:%T' $d; done; echo memlock=$(ulimit -l); "
+         "cat /dev/nvidiactl 2>&1 | head -1")
+
+
+def test_cuda_ipc_adds_the_nvidia_nodes_cgroup_rules_and_memlock(env, rootfs, gpu_host):
+    p = wrapped(env, bundle(env, rootfs, "g", ["sh", "-c", PROBE], {"shmkeeper.io/cuda-ipc": "true"}), "c-gpu")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    seen = {line.split()[0]: line.split()[1] for line in lines if line.startswith("/dev/")}
+    assert seen == {"/dev/nvidia0": "c3:0", "/dev/nvidia1": "c3:1", "/dev/nvidiactl": "c3:ff",
+                    "/dev/nvidia-uvm": "1ff:0", "/dev/nvidia-uvm-tools": "1ff:1",
+                    "/dev/nvidia-caps/nvidia-cap1": "1fe:1"}  # majors from /proc/devices; nvidia7 (major 12) and the symlink are not
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    can_raise = subprocess.run(["/usr/bin/python3", "-c", "import resource as r; i=r.RLIM_INFINITY; "
+                                "r.setrlimit(r.RLIMIT_MEMLOCK, (i, i))"], capture_output=True).returncode == 0
+    # unlimited where the runtime may raise it (CAP_SYS_RESOURCE), else the node's hard limit
+    assert f"memlock={'unlimited' if can_raise or hard == resource.RLIM_INFINITY else hard // 1024}" in lines
+    # The device cgroup lets it through: with no driver behind the node the
+    # open fails with ENXIO, not EPERM.
+    assert "No such device or address" in p.stdout and "Operation not permitted" not in p.stdout
+    d = last_decision(env)
+    assert d["cuda"] == "cuda-ipc" and any("own PID namespace" in n for n in d["notes"])
+
+
+def test_no_cuda_request_or_no_devices_changes_nothing(env, rootfs, gpu_host):
+    p = wrapped(env, bundle(env, rootfs, "n", ["sh", "-c", PROBE]), "c-nogpu")
+    assert p.returncode == 0 and not [x for x in p.stdout.splitlines() if x.startswith("/dev/")], p.stdout
+    for f in gpu_host.rglob("*"):
+        if not f.is_dir():
+            f.unlink()
+    p = wrapped(env, bundle(env, rootfs, "e", ["sh", "-c", PROBE], env_vars=["SHMKEEPER_CUDA_IPC=1"]), "c-empty")
+    assert p.returncode == 0 and not [x for x in p.stdout.splitlines() if x.startswith("/dev/")], p.stdout
+    assert "no NVIDIA device nodes" in last_decision(env)["notes"][0]
