@@ -35,7 +35,8 @@ def docker_engine(tmp_path_factory, bins, rootfs, root_and_runc):
     harness.require(shutil.which("dockerd") is not None, "dockerd (docker.io) is not installed")
     base = tmp_path_factory.mktemp("docker")
     cfg = base / "shmkeeper.yaml"
-    cfg.write_text(f"log:\n  path: {base}/runtime.log\n")
+    (base / "events").mkdir()
+    cfg.write_text(f"log:\n  path: {base}/runtime.log\nagent:\n  eventSocket: {base}/events/events.sock\n")
     engine = harness.PrivateDocker(base).start()
     try:
         harness.run([harness.CLI, "install", "docker", "--config", engine.daemon_json, "--set-as-default",
@@ -43,6 +44,7 @@ def docker_engine(tmp_path_factory, bins, rootfs, root_and_runc):
         engine.wait_default_runtime("shmkeeper")
         engine.import_busybox("shmk-busybox:test", rootfs)
         engine.runtime_log = base / "runtime.log"
+        engine.event_socket = base / "events" / "events.sock"
         yield engine
     finally:
         engine.stop()

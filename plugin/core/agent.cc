@@ -181,9 +181,9 @@ ScanOptions WithCreators(ScanOptions scan) {
 
 Agent::Agent(const Config& config, ScanOptions scan)
     : config_(config),
-      scanner_(WithCreators(scan)),
+      scanner_(scan = WithCreators(std::move(scan))),  // one CreatorBook, shared with the receiver
       runtime_roots_(scan.runtime_roots),
-      creators_(WithCreators(scan).creators) {}
+      creators_(scan.creators) {}
 
 Agent::~Agent() { Stop(); }
 

@@ -1,6 +1,7 @@
 /* shmgrow: a dynamically linked (glibc) probe for the sharing runtime.
  *   shmgrow create NAME MIB   shm_open+ftruncate+mmap, then write every page; "ok"
- *   shmgrow leak NAME MIB     create and size it, print "creator <pid>", SIGKILL itself
+ *   shmgrow leak NAME MIB     create and size it, print "creator <pid>", live 300 ms
+ *                             (a creator is killed later than it creates), SIGKILL itself
  *   shmgrow env               print LD_PRELOAD (or "none")
  *   shmgrow bench N           N cycles of shm_open/ftruncate(4 KiB)/mmap/munmap/shm_unlink;
  *                             prints the nanoseconds per cycle */
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "leak")) {
     printf("creator %d\n", (int)getpid());
     fflush(stdout);
+    usleep(300 * 1000);
     kill(getpid(), SIGKILL);
   }
   char* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

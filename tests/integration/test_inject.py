@@ -10,22 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import BUILD, RUNTIME, make_busybox_rootfs, run
+from harness import BUILD, RUNTIME, glibc_rootfs, run
 
 MiB = 1 << 20
-SHMGROW = BUILD / "tests" / "shmgrow"
+from harness import SHMGROW  # noqa: E402
 PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
-
-
-def glibc_rootfs(root: Path):
-    """busybox plus glibc's loader and libc: an image a dynamic program runs in."""
-    make_busybox_rootfs(root)
-    for lib in ["/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6"]:
-        dest = root / lib.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(os.path.realpath(lib), dest)
-    shutil.copy2(SHMGROW, root / "bin" / "shmgrow")
-    return root
 
 
 @pytest.fixture
@@ -178,3 +167,10 @@ def test_no_cuda_request_or_no_devices_changes_nothing(env, rootfs, gpu_host):
     p = wrapped(env, bundle(env, rootfs, "e", ["sh", "-c", PROBE], env_vars=["SHMKEEPER_CUDA_IPC=1"]), "c-empty")
     assert p.returncode == 0 and not [x for x in p.stdout.splitlines() if x.startswith("/dev/")], p.stdout
     assert "no NVIDIA device nodes" in last_decision(env)["notes"][0]
+
+
+def test_preload_needs_nothing_newer_than_glibc_2_17():
+    out = run(["objdump", "-T", PRELOAD]).stdout
+    versions = {tuple(int(x) for x in v.split(".")) for v in __import__("re").findall(r"GLIBC_([0-9.]+)", out)}
+    assert versions and max(versions) <= (2, 17), sorted(versions)
+    assert "dlsym" not in out  # the interposed calls are its own system calls

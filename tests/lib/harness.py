@@ -19,6 +19,7 @@ RUNTIME = BUILD / "plugin" / "shmkeeper-runtime"
 CLI = BUILD / "plugin" / "shmkeeper"
 AGENTD = BUILD / "plugin" / "shmkeeperd"
 SHMTOOL = BUILD / "tests" / "shmtool"
+SHMGROW = BUILD / "tests" / "shmgrow"  # dynamic (glibc) probe
 BUSYBOX_APPLETS = ["sh", "df", "cat", "grep", "sleep", "stat", "ls", "mount", "dd", "head",
                    "echo", "true", "env", "id", "wc", "awk", "sed"]
 
@@ -56,6 +57,18 @@ def make_busybox_rootfs(root: Path):
         if not link.exists():
             link.symlink_to("busybox")
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\n")
+    return root
+
+
+def glibc_rootfs(root: Path):
+    """busybox plus glibc's loader and libc, and the dynamic shmgrow probe:
+    an image in which shmkeeper-runtime injects the sharing runtime."""
+    make_busybox_rootfs(root)
+    for lib in ["/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6"]:
+        dest = root / lib.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(lib), dest)
+    shutil.copy2(SHMGROW, root / "bin" / "shmgrow")
     return root
 
 
