@@ -28,6 +28,7 @@
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHMK_EXPORT __attribute__((visibility("default")))
@@ -40,8 +41,8 @@
 static dev_t shm_dev;
 static int shm_dev_state; /* 0 unknown, 1 known, -1 not a tmpfs */
 
-static int is_on_dev_shm(int fd) {
-  struct stat st;
+/* Whether `st` (a fstat result) is a regular file on the /dev/shm tmpfs. */
+static int is_on_dev_shm(const struct stat* st) {
   if (shm_dev_state == 0) {
     struct statfs fs;
     struct stat dir;
@@ -53,8 +54,17 @@ static int is_on_dev_shm(int fd) {
       shm_dev_state = -1;
     }
   }
-  if (shm_dev_state != 1 || syscall(SYS_fstat, fd, &st) != 0) return 0;
-  return S_ISREG(st.st_mode) && st.st_dev == shm_dev;
+  return shm_dev_state == 1 && S_ISREG(st->st_mode) && st->st_dev == shm_dev;
+}
+
+/* SHMKEEPER_PRELOAD_RESERVE=0 turns the reservation off (creator records stay). */
+static int reserve_enabled(void) {
+  static int state; /* 0 unknown, 1 on, -1 off */
+  if (state == 0) {
+    const char* v = getenv("SHMKEEPER_PRELOAD_RESERVE");
+    state = v && (!strcmp(v, "0") || !strcmp(v, "false")) ? -1 : 1;
+  }
+  return state == 1;
 }
 
 /* ---- the ENOSPC message ------------------------------------------------- */
@@ -90,25 +100,39 @@ static void explain_enospc(int fd, long long want) {
 
 /* ---- ftruncate: reserve, don't SIGBUS ------------------------------------ */
 
+/* 1: reserved, the file now has `length` bytes; 0: not reserved, the plain
+ * call decides; -1: ENOSPC (reported). */
 static int grow_reserved(int fd, long long length) {
   struct stat st;
   long r;
-  if (length <= 0 || !is_on_dev_shm(fd) || syscall(SYS_fstat, fd, &st) != 0 || length <= st.st_size) return 1;
+  if (length <= 0 || !reserve_enabled() || syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) ||
+      length <= st.st_size) {
+    return 0;
+  }
   do {
     r = syscall(SYS_fallocate, fd, 0, (off_t)0, (off_t)length);
   } while (r != 0 && errno == EINTR);
-  if (r == 0) return 1; /* reserved; the size is set below as usual */
+  if (r == 0) return 1; /* fallocate mode 0 also set the size to `length` */
   if (errno == ENOSPC) {
     explain_enospc(fd, length);
     errno = ENOSPC;
-    return 0;
+    return -1;
   }
-  return 1; /* EOPNOTSUPP and the like: the plain call decides */
+  return 0; /* EOPNOTSUPP and the like */
 }
 
 SHMK_EXPORT int ftruncate(int fd, off_t length) {
-  if (!grow_reserved(fd, (long long)length)) return -1;
-  return (int)syscall(SYS_ftruncate, fd, length);
+  int saved = errno;
+  switch (grow_reserved(fd, (long long)length)) {
+    case 1:
+      errno = saved;
+      return 0;
+    case -1:
+      return -1;
+    default:
+      errno = saved;
+      return (int)syscall(SYS_ftruncate, fd, length);
+  }
 }
 
 SHMK_EXPORT int ftruncate64(int fd, off_t length) { return ftruncate(fd, length); }
@@ -131,23 +155,52 @@ static void json_escape(char* out, size_t n, const char* in) {
   out[o] = 0;
 }
 
-static void send_event(const char* type, const char* path) {
-  char esc[1024], msg[1200];
+/* One connected datagram socket per process, kept (with its inode, so an fd
+ * number the program has since reused is never written to). With no agent
+ * listening, sending is off for a few seconds: no system call per event. */
+static int ev_fd = -1;
+static ino_t ev_ino;
+static struct timespec ev_retry_at;
+
+static int ev_connect(void) {
   struct sockaddr_un addr;
+  struct stat st;
+  struct timespec now;
   const char* sock = getenv("SHMKEEPER_EVENT_SOCKET");
-  int fd, saved = errno, n;
+  int fd;
+  clock_gettime(CLOCK_MONOTONIC, &now); /* vDSO: no system call */
+  if (now.tv_sec < ev_retry_at.tv_sec) return -1;
+  ev_retry_at.tv_sec = now.tv_sec + 5;
   if (!sock || !*sock) sock = DEFAULT_EVENT_SOCKET;
-  if (strlen(sock) >= sizeof addr.sun_path) return;
-  json_escape(esc, sizeof esc, path);
-  n = snprintf(msg, sizeof msg, "{\"type\":\"%s\",\"path\":\"%s\"}", type, esc);
-  if (n <= 0 || (size_t)n >= sizeof msg) return;
+  if (strlen(sock) >= sizeof addr.sun_path) return -1;
   memset(&addr, 0, sizeof addr);
   addr.sun_family = AF_UNIX;
   memcpy(addr.sun_path, sock, strlen(sock) + 1);
   fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    (void)sendto(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr*)&addr, sizeof addr);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr*)&addr, sizeof addr) != 0 || syscall(SYS_fstat, fd, &st) != 0) {
     close(fd);
+    return -1;
+  }
+  ev_ino = st.st_ino;
+  ev_retry_at.tv_sec = 0;
+  return ev_fd = fd;
+}
+
+static void send_event(const char* type, const char* path) {
+  char esc[1024], msg[1200];
+  struct stat st;
+  int saved = errno, n;
+  json_escape(esc, sizeof esc, path);
+  n = snprintf(msg, sizeof msg, "{\"type\":\"%s\",\"path\":\"%s\"}", type, esc);
+  if (n > 0 && (size_t)n < sizeof msg) {
+    if (ev_fd >= 0 && (syscall(SYS_fstat, ev_fd, &st) != 0 || st.st_ino != ev_ino)) ev_fd = -1; /* not ours now */
+    if (ev_fd >= 0 || ev_connect() >= 0) {
+      if (send(ev_fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN) {
+        close(ev_fd); /* the agent went away: reconnect later */
+        ev_fd = -1;
+      }
+    }
   }
   errno = saved;
 }
