@@ -237,6 +237,22 @@ def test_agent_finds_and_reclaims_a_leak_in_a_cri_pod(pods, cri_agent):
     assert "mapped" in pod.exec("main", "ls", "/dev/shm").stdout.split()
 
 
+def test_agent_reports_a_sysv_leak_with_its_pod_and_survives_a_restart(pods, cri_agent):
+    pod = pods("ipc", ns="ml")
+    pod.run()
+    pod.container("main", "sleep", "600", mounts=[("/t/shmtool", SHMTOOL)])
+    shmid = int(pod.exec("main", "/t/shmtool", "sysv", "2").stdout.split()[1])
+
+    def sysv_leak():
+        return [l for l in cri_agent.json("leaks").get("leaks", [])
+                if l.get("sysvId", 0) == shmid and l["pod"].get("namespace") == "ml" and l["pod"]["name"] == "ipc"]
+    leak = wait_for(sysv_leak, timeout=2 * SCAN + 5, what="the SysV leak")[0]
+    assert leak["state"] == "LEAK_STATE_LEAKED" and int(leak["bytes"]) == 2 * MiB
+    cri_agent.stop()
+    cri_agent.start()  # rebuilds its view from the node alone
+    assert sysv_leak() and agent_pod(cri_agent, "ml", "ipc")["shm"]["sysvSegments"] == 1
+
+
 # ---- agent-only mode: plain runc, the agent sizes the pods ---------------------
 
 @pytest.fixture(scope="module")
