@@ -32,18 +32,17 @@ std::string DefaultOciRuntime() {
   return "";
 }
 
-void PrintChange(const char* verb, const DockerInstallOptions& o, const ConfigChange& c) {
-  if (o.dry_run) {
-    std::cout << (c.changed ? "# would write " : "# unchanged: ") << o.daemon_json << "\n" << c.after;
-    return;
+// What an install/uninstall of one config file did, or (dry run) would write.
+// `what` names the entry ("runtime \"shmkeeper\""), `tail` says what follows.
+void PrintChange(const char* verb, const std::string& path, const std::string& what, bool dry_run,
+                 const ConfigChange& c, const std::string& tail) {
+  if (dry_run) {
+    std::cout << (c.changed ? "# would write " : "# unchanged: ") << path << "\n" << c.after;
+  } else if (!c.changed) {
+    std::cout << "shmkeeper: " << path << " already " << verb << "; nothing changed\n";
+  } else {
+    std::cout << "shmkeeper: " << verb << " " << what << " in " << path << tail << "\n";
   }
-  if (!c.changed) {
-    std::cout << "shmkeeper: " << o.daemon_json << " already " << verb << "; nothing changed\n";
-    return;
-  }
-  std::cout << "shmkeeper: " << verb << " runtime \"" << o.runtime_name << "\" in " << o.daemon_json
-            << (o.set_as_default ? " (default runtime)" : "")
-            << (c.reloaded ? "; dockerd reloaded" : "; no running dockerd uses it") << "\n";
 }
 
 void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
@@ -66,22 +65,11 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
       outcome.status = c.status();
       return;
     }
-    PrintChange(install ? "installed" : "uninstalled", *opts, *c);
+    PrintChange(install ? "installed" : "uninstalled", opts->daemon_json, "runtime \"" + opts->runtime_name + "\"",
+                opts->dry_run, *c,
+                std::string(opts->set_as_default ? " (default runtime)" : "") +
+                    (c->reloaded ? "; dockerd reloaded" : "; no running dockerd uses it"));
   });
-}
-
-void PrintContainerdChange(const char* verb, const ContainerdInstallOptions& o, const ConfigChange& c) {
-  if (o.dry_run) {
-    std::cout << (c.changed ? "# would write " : "# unchanged: ") << o.config << "\n" << c.after;
-    return;
-  }
-  if (!c.changed) {
-    std::cout << "shmkeeper: " << o.config << " already " << verb << "; nothing changed\n";
-    return;
-  }
-  std::cout << "shmkeeper: " << verb << " runtime handler \"" << o.runtime_name << "\" in " << o.config
-            << (o.set_as_default ? " (default runtime)" : "")
-            << "; restart containerd to apply (systemctl restart containerd)\n";
 }
 
 void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
@@ -104,7 +92,10 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
       outcome.status = c.status();
       return;
     }
-    PrintContainerdChange(install ? "installed" : "uninstalled", *opts, *c);
+    PrintChange(install ? "installed" : "uninstalled", opts->config, "runtime handler \"" + opts->runtime_name + "\"",
+                opts->dry_run, *c,
+                std::string(opts->set_as_default ? " (default runtime)" : "") +
+                    "; restart containerd to apply (systemctl restart containerd)");
   });
 }
 

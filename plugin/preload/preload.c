@@ -243,40 +243,20 @@ static mode_t mode_arg(int flags, va_list ap) {
   return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
 }
 
-SHMK_EXPORT int open(const char* path, int flags, ...) {
-  va_list ap;
-  mode_t mode;
-  va_start(ap, flags);
-  mode = mode_arg(flags, ap);
-  va_end(ap);
-  return open_impl(AT_FDCWD, path, flags, mode);
-}
+/* open, open64, openat, openat64: the mode is passed only with O_CREAT or O_TMPFILE. */
+#define SHMK_OPEN_BODY(dirfd_value) \
+  va_list ap;                       \
+  mode_t mode;                      \
+  va_start(ap, flags);              \
+  mode = mode_arg(flags, ap);       \
+  va_end(ap);                       \
+  return open_impl(dirfd_value, path, flags, mode);
 
-SHMK_EXPORT int open64(const char* path, int flags, ...) {
-  va_list ap;
-  mode_t mode;
-  va_start(ap, flags);
-  mode = mode_arg(flags, ap);
-  va_end(ap);
-  return open_impl(AT_FDCWD, path, flags, mode);
-}
-
-SHMK_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
-  va_list ap;
-  mode_t mode;
-  va_start(ap, flags);
-  mode = mode_arg(flags, ap);
-  va_end(ap);
-  return open_impl(dirfd, path, flags, mode);
-}
-
-SHMK_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
-  va_list ap;
-  mode_t mode;
-  va_start(ap, flags);
-  mode = mode_arg(flags, ap);
-  va_end(ap);
-  return open_impl(dirfd, path, flags, mode);
+SHMK_EXPORT int open(const char* path, int flags, ...){SHMK_OPEN_BODY(AT_FDCWD)} SHMK_EXPORT
+    int open64(const char* path, int flags, ...){SHMK_OPEN_BODY(AT_FDCWD)} SHMK_EXPORT
+    int openat(int dirfd, const char* path, int flags, ...){SHMK_OPEN_BODY(dirfd)} SHMK_EXPORT
+    int openat64(int dirfd, const char* path, int flags, ...) {
+  SHMK_OPEN_BODY(dirfd)
 }
 
 /* shm_open/shm_unlink as glibc implements them: /dev/shm/<name>, one leading

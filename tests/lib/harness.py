@@ -161,15 +161,7 @@ class PrivateDocker:
         ids = self.docker("ps", "-aq", check=False).stdout.split()
         if ids:
             self.docker("rm", "-f", *ids, check=False)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        # dockerd leaves its data root's mounts on stop only on crashes; clean any.
-        for mp in sorted(shm_mounts_under(str(self.base)), reverse=True):
-            subprocess.run(["umount", "-l", mp], check=False)
+        terminate(self.proc, self.base)  # dockerd leaves mounts behind only when it crashes
         self.proc = None
 
 
@@ -212,6 +204,19 @@ class AgentProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+
+def terminate(proc, base: Path):
+    """SIGTERM, then SIGKILL to the process group after 30 s; then lazily
+    unmounts whatever an engine left mounted below `base`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for mp in sorted(shm_mounts_under(str(base)), reverse=True):
+        subprocess.run(["umount", "-l", mp], check=False)
 
 
 def wait_for(fn, timeout=10, interval=0.2, what="condition"):
@@ -305,12 +310,5 @@ state = "{self.state}"
         for p in self.pods() if self.proc.poll() is None else []:
             self.cri("stopp", p["id"], check=False)
             self.cri("rmp", p["id"], check=False)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        for mp in sorted(shm_mounts_under(str(self.base)), reverse=True):
-            subprocess.run(["umount", "-l", mp], check=False)
+        terminate(self.proc, self.base)
         self.proc = None
