@@ -265,7 +265,9 @@ void Agent::Reconcile() {
   Result<std::vector<CriSandbox>> sandboxes = reconciler_.list_sandboxes();
   std::vector<ReconcileResult> results;
   if (!sandboxes.ok()) {
-    results.push_back({"", "", "", {}, sandboxes.status().WithContext("list pod sandboxes")});
+    ReconcileResult failed;
+    failed.status = sandboxes.status().WithContext("list pod sandboxes");
+    results.push_back(std::move(failed));
   } else {
     results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *Os::Default());
   }

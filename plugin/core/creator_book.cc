@@ -57,7 +57,7 @@ size_t CreatorBook::size() const {
 Result<std::pair<FileKey, CreatorRecord>> CreatorFromDatagram(const std::string& payload, pid_t sender_pid,
                                                               const std::string& proc) {
   Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.value("type", "") != "create" || !doc.contains("path") || !doc["path"].is_string()) {
+  if (!doc.is_object() || StringField(doc, "type") != "create" || !doc.contains("path") || !doc["path"].is_string()) {
     return Status::Invalid("not a create record");
   }
   std::string path = doc["path"].get<std::string>();

@@ -93,13 +93,10 @@ std::optional<SizingRecord> ReadSizingRecord(const std::string& bundle) {
   Json doc = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return std::nullopt;
   SizingRecord r;
-  auto str = [&](const char* key) {
-    return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "";
-  };
-  r.by = str("by");
-  r.source = str("source");
-  r.requested = str("requested");
-  if (doc.contains("bytes") && doc["bytes"].is_number_integer()) r.bytes = doc["bytes"].get<int64_t>();
+  r.by = StringField(doc, "by");
+  r.source = StringField(doc, "source");
+  r.requested = StringField(doc, "requested");
+  r.bytes = IntegerField<int64_t>(doc, "bytes", 0);
   if (r.by.empty()) return std::nullopt;
   return r;
 }

@@ -49,10 +49,8 @@ void ReadBundle(ContainerRecord* c) {
   }
   if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {
     const Json& mount = spec->Mount(*m);
-    std::string type = mount.value("type", "");
-    if ((type == "bind" || type.empty()) && mount.contains("source") && mount["source"].is_string()) {
-      c->shm_bind_source = mount["source"].get<std::string>();
-    }
+    std::string type = StringField(mount, "type");
+    if (type == "bind" || type.empty()) c->shm_bind_source = StringField(mount, "source");
   }
   auto ctr_name = c->annotations.find("io.kubernetes.cri.container-name");
   if (ctr_name != c->annotations.end()) c->name = ctr_name->second;
@@ -77,10 +75,10 @@ bool ReadState(const std::string& root, const std::string& id, const std::string
   if (!text.ok()) return false;
   Json st = Json::parse(*text, nullptr, false);
   if (!st.is_object()) return false;
-  c->id = st.value("id", id);
+  c->id = StringField(st, "id", id);
   c->runtime_root = root;
-  c->pid = st.value("init_process_pid", 0);
-  c->start_ticks = st.value("init_process_start", uint64_t{0});
+  c->pid = IntegerField<int>(st, "init_process_pid", 0);
+  c->start_ticks = IntegerField<uint64_t>(st, "init_process_start", 0);
   if (st.contains("config") && st["config"].is_object() && st["config"].contains("labels")) {
     c->bundle = BundleFromLabels(st["config"]["labels"]);
   }

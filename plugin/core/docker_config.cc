@@ -76,7 +76,7 @@ Json WithoutDockerRuntime(Json daemon, const Json& original, const std::string& 
     bool had = original.is_object() && original.contains("runtimes");
     if (daemon["runtimes"].empty() && !had) daemon.erase("runtimes");
   }
-  if (daemon.value("default-runtime", "") == runtime_name) {
+  if (StringField(daemon, "default-runtime") == runtime_name) {
     if (original.is_object() && original.contains("default-runtime") && original["default-runtime"] != runtime_name) {
       daemon["default-runtime"] = original["default-runtime"];
     } else {

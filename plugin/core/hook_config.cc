@@ -33,7 +33,7 @@ bool IsOurs(const std::string& path, const std::string& text) {
   if (path.ends_with(kDropInFile)) return text.starts_with(kDropInHeader);
   Json doc = Json::parse(text, nullptr, false);
   if (!doc.is_object() || !doc.contains("hook") || !doc["hook"].is_object()) return false;
-  std::string hook = doc["hook"].value("path", "");
+  std::string hook = StringField(doc["hook"], "path");
   return hook.ends_with("/shmkeeper-hook");
 }
 

@@ -84,7 +84,7 @@ InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& 
   std::string library = LibraryPath(config, runtime_dir);
   if (library.empty() || !PathExists(library)) return Skip("libshmkeeper-preload.so not found on the host");
   const Json& root = spec->doc()["root"];
-  std::string root_path = root.is_object() ? root.value("path", "") : "";
+  std::string root_path = StringField(root, "path");
   if (root_path.empty()) return Skip("the spec has no root.path");
   if (root_path[0] != '/') root_path = bundle + "/" + root_path;
   UniqueFd root_fd(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -177,7 +177,7 @@ void AddDevice(Spec* spec, const DeviceNode& d) {
   Json& devices = linux_["devices"];
   if (!devices.is_array()) devices = Json::array();
   for (const Json& e : devices) {
-    if (e.is_object() && e.value("path", "") == d.container_path) return;
+    if (StringField(e, "path") == d.container_path) return;
   }
   devices.push_back({{"path", d.container_path},
                      {"type", "c"},
@@ -209,7 +209,7 @@ void UnlimitedMemlock(Spec* spec, uint64_t limit) {
   if (!rl.is_array()) rl = Json::array();
   Json kept = Json::array();
   for (const Json& r : rl) {
-    if (!r.is_object() || r.value("type", "") != "RLIMIT_MEMLOCK") kept.push_back(r);
+    if (StringField(r, "type") != "RLIMIT_MEMLOCK") kept.push_back(r);
   }
   rl = std::move(kept);
   rl.push_back({{"type", "RLIMIT_MEMLOCK"}, {"hard", limit}, {"soft", limit}});

@@ -16,7 +16,10 @@ Result<Spec> SandboxSpec(const CriSandbox& sb, const ContainerRecord& c) {
 }
 
 ReconcileResult ReconcileOne(const CriSandbox& sb, const ContainerRecord& c, const Config& config, Os& os) {
-  ReconcileResult r{sb.id, sb.ns, sb.name, {}, Status::Ok()};
+  ReconcileResult r;
+  r.sandbox_id = sb.id;
+  r.ns = sb.ns;
+  r.name = sb.name;
   Result<Spec> spec = SandboxSpec(sb, c);
   if (!spec.ok()) {
     r.status = spec.status();

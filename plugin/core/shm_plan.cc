@@ -19,7 +19,7 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 }
 
 bool IsBind(const Json& mount) {
-  if (mount.value("type", "") == "bind") return true;
+  if (StringField(mount, "type") == "bind") return true;
   const Json* opts = mount.contains("options") ? &mount["options"] : nullptr;
   if (!opts || !opts->is_array()) return false;
   for (const Json& o : *opts) {
@@ -128,9 +128,9 @@ Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id,
   std::optional<size_t> idx = spec.FindMount("/dev/shm");
   if (!idx) return Unmanaged("the spec has no /dev/shm mount");
   const Json& m = spec.Mount(*idx);
-  std::string source = m.value("source", "");
+  std::string source = StringField(m, "source");
   if (IsBind(m)) return ClassifyHostTmpfs(spec, source, container_id, os);
-  if (m.value("type", "") != "tmpfs") return Unmanaged("/dev/shm has mount type " + m.value("type", "?"));
+  if (StringField(m, "type") != "tmpfs") return Unmanaged("/dev/shm has mount type " + StringField(m, "type", "?"));
   if (source != "shm") return Unmanaged("/dev/shm is a user-supplied tmpfs (source \"" + source + "\")");
   ShmTarget t;
   t.shape = ShmShape::kSpecTmpfs;

@@ -18,6 +18,47 @@ std::string NormalizeDest(std::string_view d) {
   return s;
 }
 
+// The members shmkeeper reads or edits, with the type the OCI runtime spec
+// gives them. Checked once at parse time, so no edit meets (and throws on) a
+// member of the wrong type; runc would refuse such a spec anyway.
+struct Member {
+  const char* path;  // dotted, from the top level
+  bool array;        // else an object
+};
+constexpr Member kShape[] = {
+    {"mounts", true},
+    {"annotations", false},
+    {"process", false},
+    {"process.env", true},
+    {"process.rlimits", true},
+    {"root", false},
+    {"linux", false},
+    {"linux.namespaces", true},
+    {"linux.devices", true},
+    {"linux.resources", false},
+    {"linux.resources.devices", true},
+};
+
+const Json* Lookup(const Json& doc, std::string_view dotted) {
+  const Json* v = &doc;
+  while (v && !dotted.empty()) {
+    size_t dot = dotted.find('.');
+    v = Find(*v, dotted.substr(0, dot));
+    dotted = dot == std::string_view::npos ? std::string_view() : dotted.substr(dot + 1);
+  }
+  return v;
+}
+
+Status CheckShape(const Json& doc) {
+  for (const Member& m : kShape) {
+    const Json* v = Lookup(doc, m.path);
+    if (v && !(m.array ? v->is_array() : v->is_object())) {
+      return Status::Invalid(std::string("\"") + m.path + "\" is not " + (m.array ? "an array" : "an object"));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<Spec> Spec::Load(const std::string& bundle) {
@@ -30,9 +71,7 @@ Result<Spec> Spec::Parse(std::string_view text, std::string path) {
   Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Status::Invalid(path + ": not valid JSON");
   if (!doc.is_object()) return Status::Invalid(path + ": not a JSON object");
-  if (const Json* m = Find(doc, "mounts"); m && !m->is_array()) {
-    return Status::Invalid(path + ": \"mounts\" is not an array");
-  }
+  if (Status s = CheckShape(doc); !s.ok()) return s.WithContext(path);
   return Spec(std::move(doc), std::move(path));
 }
 

@@ -262,5 +262,17 @@ TEST(Plan, RemountFailureIsInternal) {
   EXPECT_FALSE(s.IsUserError());
 }
 
+// A mount's members come from anyone's spec: a wrong type is not a crash.
+TEST(ClassifyShm, PlansAroundMountMembersOfTheWrongType) {
+  Result<Spec> s = Spec::Parse(
+      R"({"mounts":[{"destination":"/dev/shm","type":["rbind"],"source":7}],"linux":{"namespaces":[{"type":"ipc"}]}})",
+      "x");
+  ASSERT_TRUE(s.ok());
+  FakeOs os;
+  Result<ShmTarget> t = ClassifyShm(*s, "id", os);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->why, "/dev/shm has mount type ?");
+}
+
 }  // namespace
 }  // namespace shmkeeper

@@ -67,6 +67,26 @@ TEST(Spec, RejectsNonSpecs) {
   }
 }
 
+// Members shmkeeper edits must have their OCI type, so no edit can throw.
+TEST(Spec, RejectsMembersOfTheWrongType) {
+  const struct {
+    const char* text;
+    const char* member;
+  } cases[] = {
+      {R"({"process": "sh"})", "\"process\" is not an object"},
+      {R"({"process": {"env": "A=1"}})", "\"process.env\" is not an array"},
+      {R"({"process": {"rlimits": {}}})", "\"process.rlimits\" is not an array"},
+      {R"({"annotations": []})", "\"annotations\" is not an object"},
+      {R"({"linux": {"resources": {"devices": 1}}})", "\"linux.resources.devices\" is not an array"},
+      {R"({"root": "/"})", "\"root\" is not an object"},
+  };
+  for (const auto& c : cases) {
+    Result<Spec> s = Spec::Parse(c.text, "/b/config.json");
+    ASSERT_FALSE(s.ok()) << c.text;
+    EXPECT_EQ(s.status().message(), std::string("/b/config.json: ") + c.member) << c.text;
+  }
+}
+
 TEST(Spec, SaveAndLoadRoundTrip) {
   char dir[] = "/tmp/shmk-spec-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

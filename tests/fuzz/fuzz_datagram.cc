@@ -1,0 +1,20 @@
+// libFuzzer target: creator records arrive as datagrams from any process in
+// any container (untrusted). Parsing never crashes, and a record is accepted
+// only for a regular file under the sender's /dev/shm.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "shmkeeper/creator_book.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string payload(reinterpret_cast<const char*>(data), size);
+  auto rec = shmkeeper::CreatorFromDatagram(payload, ::getpid(), "/proc");
+  if (!rec.ok()) {
+    if (rec.status().message().empty()) std::abort();
+    return 0;
+  }
+  if (rec->second.host_pid != ::getpid()) std::abort();
+  return 0;
+}
