@@ -3,8 +3,6 @@ private dockerd's default runtime): Python's shared_memory and a C program get
 ENOSPC instead of SIGBUS on a full /dev/shm, a killed creator's segment is
 reported as leaked with the creator the kernel named, and images without
 glibc, or containers that opt out, get nothing."""
-import json
-import subprocess
 
 import pytest
 

@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from harness import BUILD, CLI, df_kib, kib, run
+from harness import BUILD, CLI, df_kib, kib, oci_bundle, run, runc_dirs
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -19,15 +19,9 @@ PROBE = "df -k /dev/shm"
 
 @pytest.fixture
 def env(tmp_path, bins, rootfs, root_and_runc):
-    class Env:
-        pass
-
-    e = Env()
-    e.tmp, e.rootfs = tmp_path, rootfs
-    e.state = tmp_path / "runc-root"
-    e.log = tmp_path / "hook.log"
+    e = runc_dirs(tmp_path, "hook.log")
+    e.rootfs = rootfs
     e.events = tmp_path / "events.sock"
-    e.config = tmp_path / "shmkeeper.yaml"
     e.config.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {e.log}\nagent:\n  eventSocket: {e.events}\n")
     e.mounts = []
     yield e
@@ -44,22 +38,14 @@ def engine_tmpfs(env, path):
 
 
 def bundle(env, name, shm, annotations=None, env_vars=(), args=None):
-    b = env.tmp / name
-    b.mkdir()
-    run(["runc", "spec", "--bundle", b])
-    spec = json.loads((b / "config.json").read_text())
-    spec["root"] = {"path": str(env.rootfs), "readonly": True}
-    spec["process"]["terminal"] = False
-    spec["process"]["args"] = args or ["sh", "-c", PROBE]
-    spec["process"]["env"] += list(env_vars)
-    spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/dev/shm"]
-    spec["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
-                           "options": ["rbind", "nosuid", "noexec", "nodev"]})
-    spec["annotations"] = annotations or {}
-    hook = {"path": str(HOOK), "args": ["shmkeeper-hook", "--config", str(env.config)], "timeout": 10}
-    spec["hooks"] = {"createRuntime": [hook], "poststop": [hook]}
-    (b / "config.json").write_text(json.dumps(spec))
-    return b
+    """A container whose /dev/shm binds `shm`, with the hook at createRuntime and poststop."""
+    def edit(spec):
+        spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/dev/shm"]
+        spec["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
+                               "options": ["rbind", "nosuid", "noexec", "nodev"]})
+        hook = {"path": str(HOOK), "args": ["shmkeeper-hook", "--config", str(env.config)], "timeout": 10}
+        spec["hooks"] = {"createRuntime": [hook], "poststop": [hook]}
+    return oci_bundle(env.tmp / name, env.rootfs, args or ["sh", "-c", PROBE], edit, env_vars, annotations or {})
 
 
 def runc_run(env, b, cid):

@@ -6,14 +6,12 @@ import os
 import resource
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from harness import BUILD, RUNTIME, glibc_rootfs, run
+from harness import BUILD, RUNTIME, SHMGROW, glibc_rootfs, oci_bundle, run, runc_dirs
 
 MiB = 1 << 20
-from harness import SHMGROW  # noqa: E402
 PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
 
 
@@ -21,33 +19,16 @@ PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
 def env(tmp_path, bins, root_and_runc):
     assert SHMGROW.exists() and PRELOAD.exists(), "shmgrow and the preload library must be built"
 
-    class Env:
-        pass
-
-    e = Env()
-    e.tmp = tmp_path
-    e.state = tmp_path / "runc-root"
-    e.log = tmp_path / "runtime.log"
+    e = runc_dirs(tmp_path, "runtime.log")
     e.events = tmp_path / "events" / "events.sock"
     e.events.parent.mkdir()
-    e.config = tmp_path / "shmkeeper.yaml"
     e.config.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {e.log}\n"
                         f"agent:\n  eventSocket: {e.events}\n")
     return e
 
 
 def bundle(env, rootfs, name, args, annotations=None, env_vars=()):
-    b = env.tmp / name
-    b.mkdir()
-    run(["runc", "spec", "--bundle", b])
-    spec = json.loads((b / "config.json").read_text())
-    spec["root"] = {"path": str(rootfs), "readonly": True}
-    spec["process"]["terminal"] = False
-    spec["process"]["args"] = args
-    spec["process"]["env"] += list(env_vars)
-    spec["annotations"] = annotations or {}
-    (b / "config.json").write_text(json.dumps(spec))
-    return b
+    return oci_bundle(env.tmp / name, rootfs, args, None, env_vars, annotations or {})
 
 
 def wrapped(env, b, cid):

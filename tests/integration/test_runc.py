@@ -2,12 +2,11 @@
 busybox rootfs; the container itself reports what /dev/shm is."""
 import contextlib
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness import df_kib, kib, run, shm_mounts_under
+from harness import df_kib, kib, oci_bundle, run, runc_dirs, shm_mounts_under
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -16,31 +15,14 @@ PROBE = "df -k /dev/shm; grep ' /dev/shm ' /proc/mounts"
 
 @pytest.fixture
 def env(tmp_path, bins, rootfs, root_and_runc):
-    class Env:
-        pass
-
-    e = Env()
-    e.tmp = tmp_path
-    e.state = tmp_path / "runc-root"
-    e.log = tmp_path / "runtime.log"
-    e.config = tmp_path / "shmkeeper.yaml"
+    e = runc_dirs(tmp_path, "runtime.log")
     e.config.write_text(f"shm:\n  default: 256Mi\n  max: 2Gi\nlog:\n  path: {e.log}\n")
     e.rootfs = rootfs
     return e
 
 
 def make_bundle(env, name, edit=None, args=None):
-    bundle = env.tmp / name
-    bundle.mkdir()
-    run(["runc", "spec", "--bundle", bundle])
-    spec = json.loads((bundle / "config.json").read_text())
-    spec["root"] = {"path": str(env.rootfs), "readonly": True}
-    spec["process"]["terminal"] = False
-    spec["process"]["args"] = args or ["sh", "-c", PROBE]
-    if edit:
-        edit(spec)
-    (bundle / "config.json").write_text(json.dumps(spec, indent=1))
-    return bundle
+    return oci_bundle(env.tmp / name, env.rootfs, args or ["sh", "-c", PROBE], edit)
 
 
 def wrapper_run(env, bundle, cid, *extra, check=False):

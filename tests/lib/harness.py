@@ -72,6 +72,32 @@ def glibc_rootfs(root: Path):
     return root
 
 
+def runc_dirs(tmp: Path, log_name: str):
+    """The paths a real-runc test uses under its tmp dir: state root, log and
+    shmkeeper config (written by the test)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(tmp=tmp, state=tmp / "runc-root", log=tmp / log_name, config=tmp / "shmkeeper.yaml")
+
+
+def oci_bundle(path: Path, rootfs, args, edit=None, env_vars=(), annotations=None):
+    """A runc bundle at `path` from `runc spec`: `args` in the read-only
+    `rootfs`, no terminal, `env_vars` appended, `annotations` set; `edit(spec)`
+    last."""
+    path.mkdir()
+    run(["runc", "spec", "--bundle", path])
+    spec = json.loads((path / "config.json").read_text())
+    spec["root"] = {"path": str(rootfs), "readonly": True}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = list(args)
+    spec["process"]["env"] += list(env_vars)
+    if annotations is not None:
+        spec["annotations"] = annotations
+    if edit:
+        edit(spec)
+    (path / "config.json").write_text(json.dumps(spec, indent=1))
+    return path
+
+
 def df_kib(output: str, mount="/dev/shm"):
     """1K-blocks of `mount` from busybox `df -k` output."""
     for line in output.splitlines():
