@@ -335,7 +335,7 @@ Result<ConfigChange> UninstallContainerd(const ContainerdInstallOptions& opts) {
   if (opts.dry_run) return c;
   bool remove = PathExists(AbsentMarkerPath(opts.config)) && c.after == kAbsentFileText;
   if (remove) {
-    if (::unlink(opts.config.c_str()) != 0) return Status::FromErrno(errno, "remove " + opts.config);
+    SHMK_RETURN_IF_ERROR(RemoveFile(opts.config));
     c.after.clear();
   } else {
     SHMK_RETURN_IF_ERROR(WriteFileAtomic(opts.config, c.after, 0644));

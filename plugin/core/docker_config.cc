@@ -121,7 +121,7 @@ Result<ConfigChange> UninstallDocker(const DockerInstallOptions& opts) {
   c.after = restore ? orig.text : Render(next);
   if (opts.dry_run) return c;
   if (restore && was_absent) {
-    if (::unlink(opts.daemon_json.c_str()) != 0) return Status::FromErrno(errno, "remove " + opts.daemon_json);
+    SHMK_RETURN_IF_ERROR(RemoveFile(opts.daemon_json));
   } else {
     SHMK_RETURN_IF_ERROR(WriteFileAtomic(opts.daemon_json, c.after, 0644));
   }

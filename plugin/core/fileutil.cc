@@ -119,11 +119,14 @@ Status WriteBackupOnce(const std::string& path, bool existed, const std::string&
   return WriteFileAtomic(absent, "", 0600);
 }
 
-Status RemoveBackups(const std::string& path) {
-  for (const std::string& p : {BackupPath(path), AbsentMarkerPath(path)}) {
-    if (::unlink(p.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "remove " + p);
-  }
+Status RemoveFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "remove " + path);
   return Status::Ok();
+}
+
+Status RemoveBackups(const std::string& path) {
+  SHMK_RETURN_IF_ERROR(RemoveFile(BackupPath(path)));
+  return RemoveFile(AbsentMarkerPath(path));
 }
 
 }  // namespace shmkeeper

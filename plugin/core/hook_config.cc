@@ -1,10 +1,8 @@
 #include "shmkeeper/hook_config.h"
 
 #include <toml++/toml.h>
-#include <unistd.h>
 
 #include <cctype>
-#include <cerrno>
 #include <sstream>
 
 #include "shmkeeper/fileutil.h"
@@ -50,11 +48,6 @@ Status CheckOptions(const HookInstallOptions& o) {
     }
   }
   return o.runtime_name.empty() ? Status::Invalid("runtime name is empty") : Status::Ok();
-}
-
-Status Unlink(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "remove " + path);
-  return Status::Ok();
 }
 
 }  // namespace
@@ -120,7 +113,7 @@ Result<std::vector<FileChange>> UninstallHook(const HookInstallOptions& o) {
   }
   if (o.dry_run) return out;
   for (const FileChange& f : out) {
-    if (f.change.changed) SHMK_RETURN_IF_ERROR(Unlink(f.path));
+    if (f.change.changed) SHMK_RETURN_IF_ERROR(RemoveFile(f.path));
   }
   return out;
 }

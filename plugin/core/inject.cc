@@ -22,10 +22,14 @@ bool IsTrue(const std::optional<std::string>& v) { return v && (*v == "true" || 
 
 InjectResult Skip(std::string why) { return {false, "skip: " + std::move(why)}; }
 
+// The library to mount: inject.library if set, else next to the runtime or in
+// its ../lib/shmkeeper; "" if that file is not there.
 std::string LibraryPath(const Config& config, const std::string& runtime_dir) {
-  if (!config.inject.library.empty()) return config.inject.library;
-  for (const std::string& p :
-       {runtime_dir + "/libshmkeeper-preload.so", runtime_dir + "/../lib/shmkeeper/libshmkeeper-preload.so"}) {
+  std::vector<std::string> candidates = {config.inject.library};
+  if (config.inject.library.empty()) {
+    candidates = {runtime_dir + "/libshmkeeper-preload.so", runtime_dir + "/../lib/shmkeeper/libshmkeeper-preload.so"};
+  }
+  for (const std::string& p : candidates) {
     if (PathExists(p)) return p;
   }
   return "";
@@ -82,7 +86,7 @@ InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& 
   if (IsFalse(spec->Annotation(kInjectAnnotation))) return Skip("annotation shmkeeper.io/inject is false");
   if (IsFalse(spec->Env(kInjectEnv))) return Skip("SHMKEEPER_INJECT=0");
   std::string library = LibraryPath(config, runtime_dir);
-  if (library.empty() || !PathExists(library)) return Skip("libshmkeeper-preload.so not found on the host");
+  if (library.empty()) return Skip("libshmkeeper-preload.so not found on the host");
   const Json& root = spec->doc()["root"];
   std::string root_path = StringField(root, "path");
   if (root_path.empty()) return Skip("the spec has no root.path");
@@ -204,7 +208,7 @@ uint64_t MemlockLimit(std::vector<std::string>* notes) {
   return cur.rlim_max;
 }
 
-void UnlimitedMemlock(Spec* spec, uint64_t limit) {
+void SetMemlock(Spec* spec, uint64_t limit) {
   Json& rl = spec->doc()["process"]["rlimits"];
   if (!rl.is_array()) rl = Json::array();
   Json kept = Json::array();
@@ -230,7 +234,7 @@ InjectResult InjectCudaIpc(Spec* spec, const Config& config, std::vector<std::st
     names += (names.empty() ? "" : ",") + d.container_path;
   }
   uint64_t memlock = MemlockLimit(notes);
-  UnlimitedMemlock(spec, memlock);
+  SetMemlock(spec, memlock);
   notes->insert(notes->begin(), "CUDA IPC: added " + names + " and RLIMIT_MEMLOCK " +
                                     (memlock == UINT64_MAX ? std::string("unlimited") : std::to_string(memlock)));
   std::optional<std::string> pid_ns = spec->Namespace("pid");

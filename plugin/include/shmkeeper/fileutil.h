@@ -66,4 +66,7 @@ std::string AbsentMarkerPath(const std::string& path);
 Status WriteBackupOnce(const std::string& path, bool existed, const std::string& original);
 Status RemoveBackups(const std::string& path);
 
+// Removes `path`; one that is already gone is not an error.
+Status RemoveFile(const std::string& path);
+
 }  // namespace shmkeeper
