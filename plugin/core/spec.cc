@@ -118,10 +118,7 @@ std::optional<std::string> Spec::Namespace(std::string_view type) const {
   const Json* nss = linux ? Find(*linux, "namespaces") : nullptr;
   if (!nss || !nss->is_array()) return std::nullopt;
   for (const Json& ns : *nss) {
-    const Json* t = Find(ns, "type");
-    if (!t || !t->is_string() || t->get_ref<const std::string&>() != type) continue;
-    const Json* p = Find(ns, "path");
-    return p && p->is_string() ? p->get<std::string>() : std::string();
+    if (StringField(ns, "type") == type) return StringField(ns, "path");
   }
   return std::nullopt;
 }

@@ -40,12 +40,9 @@ Result<HookState> ReadState(std::FILE* in) {
   Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return Status::Invalid("container state on stdin is not a JSON object");
   HookState s;
-  auto str = [&doc](const char* key) {
-    return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : std::string();
-  };
-  s.id = str("id");
-  s.status = str("status");
-  s.bundle = str("bundle");
+  s.id = StringField(doc, "id");
+  s.status = StringField(doc, "status");
+  s.bundle = StringField(doc, "bundle");
   if (s.id.empty() || s.bundle.empty()) return Status::Invalid("container state on stdin has no id or bundle");
   return s;
 }
