@@ -211,8 +211,9 @@ void Agent::Poke() {
 }
 
 void Agent::OnDatagram(pid_t sender, const std::string& payload) {
-  if (payload.find("\"create\"") != std::string::npos) {
-    Result<std::pair<FileKey, CreatorRecord>> rec = CreatorFromDatagram(payload, sender);
+  Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (StringField(doc, "type") == "create") {
+    Result<std::pair<FileKey, CreatorRecord>> rec = CreatorFromDatagram(doc, sender);
     if (rec.ok()) creators_->Record(rec->first, rec->second);
     return;
   }

@@ -54,13 +54,10 @@ size_t CreatorBook::size() const {
   return records_.size();
 }
 
-Result<std::pair<FileKey, CreatorRecord>> CreatorFromDatagram(const std::string& payload, pid_t sender_pid,
+Result<std::pair<FileKey, CreatorRecord>> CreatorFromDatagram(const Json& doc, pid_t sender_pid,
                                                               const std::string& proc) {
-  Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || StringField(doc, "type") != "create" || !doc.contains("path") || !doc["path"].is_string()) {
-    return Status::Invalid("not a create record");
-  }
-  std::string path = doc["path"].get<std::string>();
+  if (StringField(doc, "type") != "create") return Status::Invalid("not a create record");
+  std::string path = StringField(doc, "path");
   constexpr std::string_view kShm = "/dev/shm/";
   if (!path.starts_with(kShm) || path.size() == kShm.size() || path.size() > 4096) {
     return Status::Invalid("path outside /dev/shm");

@@ -10,7 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string payload(reinterpret_cast<const char*>(data), size);
-  auto rec = shmkeeper::CreatorFromDatagram(payload, ::getpid(), "/proc");
+  shmkeeper::Json doc = shmkeeper::Json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  auto rec = shmkeeper::CreatorFromDatagram(doc, ::getpid(), "/proc");
   if (!rec.ok()) {
     if (rec.status().message().empty()) std::abort();
     return 0;

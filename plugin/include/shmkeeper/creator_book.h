@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 
+#include "shmkeeper/json.h"
 #include "shmkeeper/proc_table.h"
 #include "shmkeeper/status.h"
 
@@ -46,10 +47,10 @@ class CreatorBook {
   std::map<FileKey, CreatorRecord> records_;
 };
 
-// One datagram from a sender the kernel identified as `sender_pid`:
+// One parsed datagram from a sender the kernel identified as `sender_pid`:
 // {"type":"create","path":"/dev/shm/<name>"}. Returns the file's key and the
-// record; kInvalidArgument for a malformed payload or a path outside /dev/shm.
-Result<std::pair<FileKey, CreatorRecord>> CreatorFromDatagram(const std::string& payload, pid_t sender_pid,
+// record; kInvalidArgument for another shape or a path outside /dev/shm.
+Result<std::pair<FileKey, CreatorRecord>> CreatorFromDatagram(const Json& doc, pid_t sender_pid,
                                                               const std::string& proc = "/proc");
 
 }  // namespace shmkeeper
