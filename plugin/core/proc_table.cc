@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/kcmp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -86,8 +87,12 @@ constexpr size_t kMaxDirent = offsetof(struct dirent64, d_name) + 256 + 8;  // n
 
 // Open fds of wanted files. The fd directory is read with getdents64 on the
 // descriptor itself: no dup/fdopendir/closedir per process on this hot path.
+// Descriptors of the scanning process itself not to count (reclaim's own
+// claim fds); null for none.
+using SkipFds = const std::set<int>*;
+
 template <typename Want>
-void ScanFds(int dir_fd, pid_t pid, const Want& want, HolderMap* out) {
+void ScanFds(int dir_fd, pid_t pid, const Want& want, HolderMap* out, SkipFds skip) {
   UniqueFd dfd(::openat(dir_fd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dfd.valid()) return;
   alignas(8) char buf[16384];
@@ -98,6 +103,7 @@ void ScanFds(int dir_fd, pid_t pid, const Want& want, HolderMap* out) {
       auto* e = reinterpret_cast<struct dirent64*>(buf + off);
       off += e->d_reclen;
       if (e->d_name[0] == '.') continue;
+      if (skip && skip->count(std::atoi(e->d_name))) continue;
       struct stat st;
       if (::fstatat(dfd.get(), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
       FileKey key{st.st_dev, st.st_ino};
@@ -126,8 +132,9 @@ unsigned HexField(const char*& p) {
 // Mappings of wanted files: "addr perms offset MAJ:MIN inode path". Lines
 // whose device major is not a wanted major are skipped before any parsing
 // beyond the device column.
+// Returns whether the process had any mapping at all (a zombie leader has none).
 template <typename Want>
-void ScanMaps(int dir_fd, pid_t pid, const std::set<unsigned>& majors, const Want& want, HolderMap* out) {
+bool ScanMaps(int dir_fd, pid_t pid, const std::set<unsigned>& majors, const Want& want, HolderMap* out) {
   Result<std::string> maps = [&]() -> Result<std::string> {
     UniqueFd fd(::openat(dir_fd, "maps", O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return Status::FromErrno(errno, "maps");
@@ -141,7 +148,7 @@ void ScanMaps(int dir_fd, pid_t pid, const std::set<unsigned>& majors, const Wan
     }
     return s;
   }();
-  if (!maps.ok()) return;
+  if (!maps.ok()) return false;
   std::set<FileKey> seen;
   const char* p = maps->c_str();
   while (*p) {
@@ -162,6 +169,7 @@ void ScanMaps(int dir_fd, pid_t pid, const std::set<unsigned>& majors, const Wan
     }
     p = *eol ? eol + 1 : eol;
   }
+  return !maps->empty();
 }
 
 struct Partial {
@@ -169,9 +177,65 @@ struct Partial {
   HolderMap holders;
 };
 
+// The task ids of a thread group other than its leader (empty for a
+// single-threaded process, the common case).
+std::vector<pid_t> OtherTasks(int dir_fd, pid_t pid) {
+  std::vector<pid_t> tids;
+  UniqueFd dfd(::openat(dir_fd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid()) return tids;
+  alignas(8) char buf[16384];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dfd.get(), buf, sizeof buf);
+    if (n <= 0) return tids;
+    for (long off = 0; off < n;) {
+      auto* e = reinterpret_cast<struct dirent64*>(buf + off);
+      off += e->d_reclen;
+      char* end = nullptr;
+      long tid = std::strtol(e->d_name, &end, 10);
+      if (tid > 0 && *end == '\0' && tid != pid) tids.push_back(static_cast<pid_t>(tid));
+    }
+  }
+}
+
+// Whether two tasks share one fd table (kcmp KCMP_FILES). False when the
+// kernel cannot tell: the caller then reads both tables.
+bool SameFdTable(pid_t a, pid_t b) { return ::syscall(SYS_kcmp, a, b, KCMP_FILES, 0, 0) == 0; }
+
+// The holders among the threads of `pid`: a thread with a private fd table
+// (unshare(CLONE_FILES)) shows its fds only under task/<tid>/fd, and a
+// thread-group leader that has exited (a zombie while workers run) shows no
+// fds and no mappings at all under /proc/<pid>.
+template <typename Want>
+void ScanTasks(int dir_fd, pid_t pid, const std::vector<pid_t>& tids, bool maps_read, const std::set<unsigned>& majors,
+               const Want& want, HolderMap* out, SkipFds skip) {
+  std::vector<pid_t> tables = {pid};  // one task per distinct fd table already read
+  for (pid_t tid : tids) {
+    UniqueFd tdir(::openat(dir_fd, ("task/" + std::to_string(tid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!tdir.valid()) continue;
+    bool shared = std::any_of(tables.begin(), tables.end(), [&](pid_t t) { return SameFdTable(t, tid); });
+    if (!shared) {
+      ScanFds(tdir.get(), pid, want, out, skip);
+      tables.push_back(tid);
+    }
+    if (!maps_read) maps_read = ScanMaps(tdir.get(), pid, majors, want, out);
+  }
+}
+
+// Everything one process holds: the leader's fds and mappings, then those of
+// its other threads.
+template <typename Want>
+void ScanProcess(int dir_fd, pid_t pid, const std::set<unsigned>& majors, const Want& want, HolderMap* out,
+                 SkipFds own_fds = nullptr) {
+  SkipFds skip = own_fds && pid == ::getpid() ? own_fds : nullptr;
+  ScanFds(dir_fd, pid, want, out, skip);
+  bool maps_read = ScanMaps(dir_fd, pid, majors, want, out);
+  std::vector<pid_t> tids = OtherTasks(dir_fd, pid);
+  if (!tids.empty()) ScanTasks(dir_fd, pid, tids, maps_read, majors, want, out, skip);
+}
+
 template <typename Want>
 void ScanRange(const std::string& proc, const std::vector<pid_t>& pids, size_t begin, size_t end, ino_t self_pid_ns,
-               const std::set<unsigned>& majors, bool scan_files, const Want& want, Partial* out) {
+               const std::set<unsigned>& majors, bool scan_files, const Want& want, Partial* out, SkipFds own_fds) {
   for (size_t i = begin; i < end; ++i) {
     pid_t pid = pids[i];
     UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -179,19 +243,35 @@ void ScanRange(const std::string& proc, const std::vector<pid_t>& pids, size_t b
     ProcInfo info;
     info.pid = pid;
     info.pid_ns = NsInodeAt(dir.get(), "ns/pid");
-    if (info.pid_ns == 0) continue;  // gone, or a kernel thread we cannot inspect
-    // NSpid is only needed inside other pid namespaces: the host's pid is the pid.
-    info.ns_pid = info.pid_ns == self_pid_ns ? pid : InnermostPid(dir.get(), pid);
-    out->procs.push_back(std::move(info));
-    if (!scan_files) continue;
-    ScanFds(dir.get(), pid, want, &out->holders);
-    ScanMaps(dir.get(), pid, majors, want, &out->holders);
+    if (info.pid_ns != 0) {  // 0: gone, or a kernel thread we cannot inspect
+      // NSpid is only needed inside other pid namespaces: the host's pid is the pid.
+      info.ns_pid = info.pid_ns == self_pid_ns ? pid : InnermostPid(dir.get(), pid);
+      out->procs.push_back(std::move(info));
+    }
+    // Holders are read even when the namespace could not be: keeping a file
+    // on doubt is always safe, missing a holder is not.
+    if (scan_files) ScanProcess(dir.get(), pid, majors, want, &out->holders, own_fds);
   }
 }
 
+void Merge(Partial* from, ProcTable* into) {
+  into->procs.insert(into->procs.end(), std::make_move_iterator(from->procs.begin()),
+                     std::make_move_iterator(from->procs.end()));
+  for (auto& [k, v] : from->holders) {
+    std::vector<HolderRef>& dst = into->holders[k];
+    dst.insert(dst.end(), v.begin(), v.end());
+  }
+}
+
+// A process forked while /proc is read can inherit a holder's fd after its
+// parent was read and before the parent exits (a "fork relay"). The pid list
+// is therefore read again after the pass, and processes not seen yet are
+// read too, until a pass finds no new pid (at most kMaxRounds passes).
+constexpr int kMaxRounds = 4;
+
 template <typename Want>
 ProcTable Scan(const std::string& proc, const Want& want, const std::set<unsigned>& majors, bool scan_files,
-               unsigned threads) {
+               unsigned threads, SkipFds own_fds = nullptr) {
   std::vector<pid_t> pids = ListPids(proc);
   struct stat self;
   ino_t self_pid_ns = ::stat((proc + "/self/ns/pid").c_str(), &self) == 0 ? self.st_ino : 0;
@@ -202,20 +282,25 @@ ProcTable Scan(const std::string& proc, const Want& want, const std::set<unsigne
   for (unsigned t = 0; t < threads; ++t) {
     size_t b = std::min(pids.size(), t * chunk), e = std::min(pids.size(), b + chunk);
     workers.emplace_back(
-        [&, b, e, t] { ScanRange(proc, pids, b, e, self_pid_ns, majors, scan_files, want, &parts[t]); });
+        [&, b, e, t] { ScanRange(proc, pids, b, e, self_pid_ns, majors, scan_files, want, &parts[t], own_fds); });
   }
   for (std::thread& w : workers) w.join();
   ProcTable table;
   table.proc = proc;
   table.self_pid_ns = self_pid_ns;
-  for (Partial& p : parts) {  // ranges are in pid order, so procs stay sorted
-    table.procs.insert(table.procs.end(), std::make_move_iterator(p.procs.begin()),
-                       std::make_move_iterator(p.procs.end()));
-    for (auto& [k, v] : p.holders) {
-      std::vector<HolderRef>& dst = table.holders[k];
-      dst.insert(dst.end(), v.begin(), v.end());
+  for (Partial& p : parts) Merge(&p, &table);  // ranges are in pid order
+  std::set<pid_t> seen(pids.begin(), pids.end());
+  for (int round = 1; round < kMaxRounds; ++round) {
+    std::vector<pid_t> fresh;
+    for (pid_t pid : ListPids(proc)) {
+      if (seen.insert(pid).second) fresh.push_back(pid);
     }
+    if (fresh.empty()) break;
+    Partial late;
+    ScanRange(proc, fresh, 0, fresh.size(), self_pid_ns, majors, scan_files, want, &late, own_fds);
+    Merge(&late, &table);
   }
+  std::sort(table.procs.begin(), table.procs.end(), [](const ProcInfo& a, const ProcInfo& b) { return a.pid < b.pid; });
   return table;
 }
 
@@ -254,13 +339,22 @@ ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc,
   return Scan(proc, want, majors, !devices.empty(), threads);
 }
 
-HolderMap ScanHolders(const std::set<FileKey>& keys, const std::string& proc) {
+HolderMap ScanHolders(const std::set<FileKey>& keys, const std::string& proc, const std::set<int>& own_fds) {
   std::set<dev_t> devices;
   for (const FileKey& k : keys) devices.insert(k.dev);
   std::set<unsigned> majors;
   for (dev_t d : devices) majors.insert(major(d));
   auto want = [&](const FileKey& k) { return keys.count(k) > 0; };
-  return Scan(proc, want, majors, !keys.empty(), 0).holders;
+  return Scan(proc, want, majors, !keys.empty(), 0, &own_fds).holders;
+}
+
+bool ProcessHolds(pid_t pid, const FileKey& key, const std::string& proc) {
+  UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return false;
+  HolderMap held;
+  ScanProcess(
+      dir.get(), pid, {major(key.dev)}, [&](const FileKey& k) { return k == key; }, &held);
+  return held.count(key) > 0;
 }
 
 std::string ProcCommand(pid_t pid, const std::string& proc) {

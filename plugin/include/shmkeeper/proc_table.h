@@ -1,6 +1,14 @@
 // One pass over /proc: every process, its namespaces, and which of them hold
 // files on the given devices (open fds and mappings, by device:inode).
 //
+// Every task is looked at, not only thread-group leaders: a thread with a
+// private fd table (unshare(CLONE_FILES)) and the workers of an exited
+// (zombie) leader hold files that /proc/<pid>/fd and /proc/<pid>/maps do not
+// show. Processes forked during the pass are read in further passes (see
+// ScanProcesses). A process that cannot be read is skipped: the scan's
+// holders are a lower bound, which is why reclaim does not rely on them alone
+// (reclaim.h).
+//
 // Pids are namespace-local and reused: a process is identified by host pid
 // plus start time, and namespace-local pids are resolved through NSpid.
 #pragma once
@@ -54,10 +62,17 @@ struct ProcTable {
 
 // Scans `proc` (normally "/proc"), on `threads` threads. Only files on
 // `devices` are recorded as held. Processes that vanish mid-scan are skipped.
+// After the pass the pid list is read again and new pids are scanned, until
+// no new pid appears (at most 4 passes).
 ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc = "/proc", unsigned threads = 0);
 
-// The holders of `keys` only, scanned afresh (reclaim's final re-check).
-std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys, const std::string& proc = "/proc");
+// The holders of `keys` only, scanned afresh (reclaim's final re-check). The
+// calling process's descriptors in `own_fds` are not counted.
+std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys, const std::string& proc = "/proc",
+                                                      const std::set<int>& own_fds = {});
+
+// Whether process `pid` (any of its threads) has `key` open or mapped now.
+bool ProcessHolds(pid_t pid, const FileKey& key, const std::string& proc = "/proc");
 
 // /proc/<pid>/cmdline joined with spaces (comm when empty).
 std::string ProcCommand(pid_t pid, const std::string& proc = "/proc");
