@@ -74,6 +74,7 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
     ps->set_path(s.path);
     ps->set_bytes(s.bytes);
     ps->set_unlinked(s.unlinked);
+    ps->set_state(static_cast<v1::LeakState>(s.state));
     for (const HolderInfo& h : s.holders) {
       v1::Holder* ph = ps->add_holders();
       ph->set_pid(h.pid);
@@ -82,6 +83,8 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
     }
   }
   out->set_leaked_bytes(in.leaked_bytes);
+  out->set_unheld_bytes(in.unheld_bytes);
+  out->set_shm_counted_elsewhere(in.shm_counted_elsewhere);
   for (const auto& [k, v] : in.labels) (*out->mutable_labels())[k] = v;
   for (const auto& [k, v] : in.annotations) (*out->mutable_annotations())[k] = v;
   if (in.started_sec) *out->mutable_started() = TimeUtil::SecondsToTimestamp(in.started_sec);
@@ -122,6 +125,7 @@ void ToProto(const NodeSnapshot& in, const Config& config, v1::Node* out) {
   out->set_host_shm_used_bytes(in.host_shm_used_bytes);
   out->set_pods_shm_used_bytes(in.pods_shm_used_bytes);
   out->set_leaked_bytes(in.leaked_bytes);
+  out->set_unheld_bytes(in.unheld_bytes);
   out->set_pod_count(static_cast<int32_t>(in.pods.size()));
   v1::Policy* pol = out->mutable_policy();
   pol->set_shm_default_bytes(config.shm.default_bytes.value_or(0));

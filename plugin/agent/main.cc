@@ -95,8 +95,10 @@ int Run(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread inherits the mask; main waits below
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGIO, SIG_IGN);  // reclaim's file leases would deliver it on every break (reclaim.h)
 
   Agent agent(*config, ScanOptionsFrom(*config));
+  agent.SetLog([](LogLevel level, const std::string& msg) { Log(LogLevelName(level), msg); });
   std::shared_ptr<CriClient> cri;
   if (config->agent.reconcile) {
     cri = std::make_shared<CriClient>(config->agent.cri_socket);

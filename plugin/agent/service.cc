@@ -70,10 +70,10 @@ grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext*, const v1::Recl
   if (!out.ok()) return ToGrpc(out.status());
   resp->set_dry_run(dry_run);
   for (const LeakRecord& l : out->reclaimed) ToProto(l, resp->add_reclaimed());
-  for (const auto& [l, why] : out->skipped) {
+  for (const SkippedLeak& k : out->skipped) {
     v1::SkippedLeak* s = resp->add_skipped();
-    ToProto(l, s->mutable_leak());
-    s->set_reason(why);
+    ToProto(k.leak, s->mutable_leak());
+    s->set_reason(k.reason + ": " + k.message);
   }
   resp->set_freed_bytes(out->freed_bytes);
   return grpc::Status::OK;

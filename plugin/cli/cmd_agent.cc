@@ -75,6 +75,7 @@ Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
               {"host /dev/shm", Iec(n.host_shm_used_bytes()) + " used of " + Iec(n.host_shm_size_bytes())},
               {"pods", std::to_string(n.pod_count()) + ", " + Iec(n.pods_shm_used_bytes()) + " of shared memory"},
               {"leaked", Iec(n.leaked_bytes())},
+              {"unheld", Iec(n.unheld_bytes())},
               {"policy", "default " + (n.policy().shm_default_bytes() ? Iec(n.policy().shm_default_bytes()) : "auto") +
                              ", max " + Iec(n.policy().shm_max_bytes()) + " (" + n.policy().shm_over_max() +
                              "), leaks " + n.policy().leaks_reclaim()},
@@ -87,8 +88,8 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
   v1::ListPodsResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ListPods(ctx, req, &resp); }));
   if (f.output == "json") return PrintJson(resp);
-  Rows rows = {
-      {"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "PEAK", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
+  Rows rows = {{"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "PEAK", "FILES", "UNLINKED", "SYSV", "UNHELD", "LEAKED",
+                "REQUESTED"}};
   for (const v1::Pod& p : resp.pods()) {
     const v1::ShmUsage& u = p.shm();
     std::string req_s = u.requested_bytes() ? Iec(u.requested_bytes()) + " (" + u.requested_source() +
@@ -96,7 +97,7 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
                                             : "-";
     rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), Kind(p.kind()), Iec(u.size_bytes()),
                     Iec(u.used_bytes()), Iec(u.peak_used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()),
-                    Iec(u.sysv_bytes()), Iec(p.leaked_bytes()), req_s});
+                    Iec(u.sysv_bytes()), Iec(p.unheld_bytes()), Iec(p.leaked_bytes()), req_s});
   }
   PrintTable(rows);
   return Status::Ok();

@@ -63,10 +63,14 @@ std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next)
   }
   std::set<std::pair<std::string, int32_t>> known;
   if (prev) {
-    for (const LeakRecord& l : prev->leaks) known.insert({l.pod.uid + l.path, l.sysv_id});
+    for (const LeakRecord& l : prev->leaks) {
+      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
+    }
   }
   for (const LeakRecord& l : next.leaks) {
-    if (known.count({l.pod.uid + l.path, l.sysv_id})) continue;
+    // Only a leaked verdict is news: unheld segments (scratch files, a
+    // creator still running) are listed by ListLeaks, not announced.
+    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
     AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
                              std::string(LeakStateName(l.state)) + " segment " +
                                  (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
@@ -190,8 +194,8 @@ Agent::~Agent() { Stop(); }
 Status Agent::Start() {
   Status events = Status::Ok();
   if (!config_.agent.event_socket.empty()) {
-    receiver_ = std::make_unique<EventReceiver>(config_.agent.event_socket,
-                                                [this](pid_t pid, const std::string& p) { OnDatagram(pid, p); });
+    receiver_ = std::make_unique<EventReceiver>(
+        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); });
     events = receiver_->Start().WithContext("event socket");
     if (!events.ok()) receiver_.reset();
   }
@@ -210,14 +214,51 @@ void Agent::Poke() {
   loop_cv_.notify_all();
 }
 
-void Agent::OnDatagram(pid_t sender, const std::string& payload) {
+void Agent::OnDatagram(pid_t sender, uid_t uid, const std::string& payload) {
   Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (StringField(doc, "type") == "create") {
-    Result<std::pair<FileKey, CreatorRecord>> rec = CreatorFromDatagram(doc, sender);
-    if (rec.ok()) creators_->Record(rec->first, rec->second);
+  std::string type = StringField(doc, "type");
+  if (type == "create") {
+    ClaimRejection why = ClaimRejection::kMalformed;
+    Result<VerifiedClaim> claim = VerifyCreatorClaim(doc, SenderCreds{sender, uid}, &why);
+    if (!claim.ok()) return RejectDatagram(why, sender, claim.status().message());
+    Status recorded = creators_->Record(claim->key, std::move(claim->record));
+    if (!recorded.ok()) RejectDatagram(ClaimRejection::kLiveCreator, sender, recorded.message());
     return;
   }
-  Poke();  // "stopped", "unlink": the node changed
+  if (type == "stopped" || type == "unlink" || type == "memfd") {
+    Poke();  // the node changed
+    return;
+  }
+  RejectDatagram(ClaimRejection::kMalformed, sender, "unknown datagram");
+}
+
+void Agent::RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail) {
+  constexpr auto kWindow = std::chrono::minutes(1);
+  constexpr int kLinesPerWindow = 10;
+  std::string line;
+  {
+    std::lock_guard<std::mutex> l(counters_mu_);
+    counters_.datagrams_rejected[ClaimRejectionName(why)]++;
+    auto now = std::chrono::steady_clock::now();
+    if (now - reject_window_ >= kWindow) {
+      if (reject_dropped_) line = std::to_string(reject_dropped_) + " more refused datagrams were not logged; ";
+      reject_window_ = now;
+      reject_logged_ = 0;
+      reject_dropped_ = 0;
+    }
+    if (reject_logged_ >= kLinesPerWindow) {
+      reject_dropped_++;
+      return;
+    }
+    reject_logged_++;
+  }
+  log_(LogLevel::kWarn, line + "refused a datagram from pid " + std::to_string(sender) + " (" +
+                            ClaimRejectionName(why) + "): " + detail);
+}
+
+AgentCounters Agent::counters() const {
+  std::lock_guard<std::mutex> l(counters_mu_);
+  return counters_;
 }
 
 // The directories whose changes are worth an early scan.
@@ -281,6 +322,10 @@ void Agent::Reconcile() {
 
 void Agent::ScanNow() {
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  ScanLocked();
+}
+
+void Agent::ScanLocked() {
   if (reconciler_.list_sandboxes) Reconcile();
   NodeSnapshot snap = scanner_.Scan();
   std::map<std::string, int64_t> peaks;  // pods that are gone drop out
@@ -290,6 +335,12 @@ void Agent::ScanNow() {
     p.peak_used_bytes = peak;
   }
   peak_used_ = std::move(peaks);
+  if (snap.restored_from_quarantine) {
+    log_(LogLevel::kWarn, "renamed " + std::to_string(snap.restored_from_quarantine) +
+                              " file(s) back from reclaim quarantine (an interrupted reclaim)");
+    std::lock_guard<std::mutex> l(counters_mu_);
+    counters_.restored_from_quarantine += snap.restored_from_quarantine;
+  }
   auto next = std::make_shared<const NodeSnapshot>(std::move(snap));
   if (watcher_) watcher_->SetPaths(WatchPaths(*next));
   Publish(next);
@@ -320,15 +371,48 @@ void Agent::AutoReclaim(const NodeSnapshot& snap) {
   if (!due.empty()) RecordReclaim(ReclaimLeaks(due, /*dry_run=*/false));
 }
 
+namespace {
+
+std::string Where(const LeakRecord& l) { return l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path; }
+
+// One line per removal: what, where, and on which evidence.
+std::string RemovalLine(const LeakRecord& l) {
+  std::string pod = l.pod.ns.empty() ? l.pod.name : l.pod.ns + "/" + l.pod.name;
+  return "reclaimed " + Where(l) + " of " + pod + ": inode " + std::to_string(l.key.dev) + ":" +
+         std::to_string(l.key.ino) + ", " + std::to_string(l.bytes) + " bytes, creator pid " +
+         std::to_string(l.creator_pid) + (l.creator_command.empty() ? "" : " (" + l.creator_command + ")") +
+         " dead, evidence " + l.creator_source + ", unheld for " +
+         std::to_string(static_cast<int64_t>(l.unheld_for_sec)) + "s";
+}
+
+}  // namespace
+
 void Agent::RecordReclaim(const ReclaimOutcome& out) {
   std::vector<AgentEvent> events;
   for (const LeakRecord& l : out.reclaimed) {
-    AgentEvent e = MakeEvent(EventKind::kLeakReclaimed, l.pod,
-                             "reclaimed " + (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
-                                 FormatSize(l.bytes) + ")");
+    log_(LogLevel::kInfo, RemovalLine(l));
+    AgentEvent e =
+        MakeEvent(EventKind::kLeakReclaimed, l.pod, "reclaimed " + Where(l) + " (" + FormatSize(l.bytes) + ")");
     e.bytes = l.bytes;
     e.path = l.path;
     events.push_back(e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    for (const SkippedLeak& k : out.skipped) {
+      if (k.reason == "verdict") continue;  // not a candidate: nothing was refused
+      counters_.reclaim_kept[k.reason]++;
+      if (k.reason == "error") counters_.reclaim_errors++;
+    }
+    counters_.reclaim_raced += out.raced;
+  }
+  for (const SkippedLeak& k : out.skipped) {
+    if (k.reason == "error") log_(LogLevel::kError, "reclaim of " + Where(k.leak) + " failed: " + k.message);
+  }
+  if (out.raced) {
+    log_(LogLevel::kError, std::to_string(out.raced) +
+                               " removed file(s) were opened by a process whose lookup preceded the quarantine "
+                               "rename (see README, Why reclaim is safe)");
   }
   reclaimed_total_ += static_cast<int64_t>(out.reclaimed.size());
   reclaimed_bytes_total_ += out.freed_bytes;
@@ -385,8 +469,10 @@ std::vector<LeakRecord> Agent::ListLeaks(const std::string& ns, const std::strin
 
 Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
                                       const std::vector<std::string>& paths) {
-  // A fresh scan first: reclaim acts on what is true now, not on the last tick.
-  ScanNow();
+  // A fresh scan first: reclaim acts on what is true now, not on the last
+  // tick; and no scan runs while files are in quarantine.
+  std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  ScanLocked();
   std::vector<LeakRecord> candidates;
   for (const LeakRecord& l : ListLeaks(ns, pod)) {
     if (paths.empty() || std::find(paths.begin(), paths.end(), l.path) != paths.end()) candidates.push_back(l);
@@ -431,17 +517,42 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_reclaimed_segments_total " << agent.reclaimed_total() << "\n";
   help("shmkeeper_reclaimed_bytes_total", "counter", "Bytes freed by reclaim.");
   o << "shmkeeper_reclaimed_bytes_total " << agent.reclaimed_bytes_total() << "\n";
+  AgentCounters c = agent.counters();
+  help("shmkeeper_event_datagrams_rejected_total", "counter",
+       "Event datagrams refused (creator claims that failed verification, malformed messages), by reason.");
+  for (ClaimRejection r : {ClaimRejection::kMalformed, ClaimRejection::kNoFile, ClaimRejection::kNotHolder,
+                           ClaimRejection::kNotOwner, ClaimRejection::kLiveCreator}) {
+    o << "shmkeeper_event_datagrams_rejected_total{reason=\"" << ClaimRejectionName(r) << "\"} "
+      << c.datagrams_rejected[ClaimRejectionName(r)] << "\n";
+  }
+  help("shmkeeper_reclaim_kept_total", "counter",
+       "Reclaim candidates kept because the protocol found a holder, a change or an error, by reason.");
+  for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
+    o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
+  }
+  help("shmkeeper_reclaim_errors_total", "counter", "Reclaim removals that failed with an error.");
+  o << "shmkeeper_reclaim_errors_total " << c.reclaim_errors << "\n";
+  help("shmkeeper_reclaim_raced_total", "counter",
+       "Removed files that an open(2) begun before the quarantine rename reached afterwards.");
+  o << "shmkeeper_reclaim_raced_total " << c.reclaim_raced << "\n";
+  help("shmkeeper_quarantine_restored_total", "counter", "Files renamed back from an interrupted reclaim.");
+  o << "shmkeeper_quarantine_restored_total " << c.restored_from_quarantine << "\n";
   if (!snap) return o.str();
   help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
   o << "shmkeeper_scan_duration_seconds " << std::chrono::duration<double>(snap->duration).count() << "\n";
   help("shmkeeper_scans_total", "counter", "Full scans completed.");
   o << "shmkeeper_scans_total " << snap->scans << "\n";
+  help("shmkeeper_last_scan_timestamp_seconds", "gauge", "Unix time of the last completed scan.");
+  o << "shmkeeper_last_scan_timestamp_seconds " << std::chrono::duration<double>(snap->time.time_since_epoch()).count()
+    << "\n";
   help("shmkeeper_node_shm_size_bytes", "gauge", "Size of the host's /dev/shm.");
   o << "shmkeeper_node_shm_size_bytes " << snap->host_shm_size_bytes << "\n";
   help("shmkeeper_node_shm_used_bytes", "gauge", "Used bytes of the host's /dev/shm.");
   o << "shmkeeper_node_shm_used_bytes " << snap->host_shm_used_bytes << "\n";
-  help("shmkeeper_node_leaked_bytes", "gauge", "Bytes in segments nobody holds, node-wide.");
+  help("shmkeeper_node_leaked_bytes", "gauge", "Bytes in segments whose verdict is leaked, node-wide.");
   o << "shmkeeper_node_leaked_bytes " << snap->leaked_bytes << "\n";
+  help("shmkeeper_node_unheld_bytes", "gauge", "Bytes in segments nobody holds (unheld or leaked), node-wide.");
+  o << "shmkeeper_node_unheld_bytes " << snap->unheld_bytes << "\n";
   struct Series {
     const char* name;
     const char* help;
@@ -453,7 +564,9 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
       {"shmkeeper_pod_shm_unlinked_bytes", "Bytes held by unlinked files.", &PodRecord::unlinked_bytes},
       {"shmkeeper_pod_sysv_bytes", "SysV shared memory in the pod's IPC namespace.", &PodRecord::sysv_bytes},
       {"shmkeeper_pod_memcg_shmem_bytes", "shmem charged to the pod's memory cgroup.", &PodRecord::memcg_shmem_bytes},
-      {"shmkeeper_pod_leaked_bytes", "Bytes in the pod's segments that nobody holds.", &PodRecord::leaked_bytes},
+      {"shmkeeper_pod_leaked_bytes", "Bytes in the pod's segments whose verdict is leaked.", &PodRecord::leaked_bytes},
+      {"shmkeeper_pod_unheld_bytes", "Bytes in the pod's segments that nobody holds (unheld or leaked).",
+       &PodRecord::unheld_bytes},
   };
   for (const Series& s : kSeries) {
     help(s.name, "gauge", s.help);

@@ -73,16 +73,19 @@ void EventReceiver::Run() {
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     ssize_t n = ::recvmsg(sock_.get(), &msg, MSG_DONTWAIT);
-    if (n < 0 || (msg.msg_flags & MSG_TRUNC)) continue;
+    if (n < 0) continue;
+    if (msg.msg_flags & MSG_TRUNC) n = 0;
     pid_t sender = 0;
+    uid_t uid = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
         ucred cred;
         std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
         sender = cred.pid;
+        uid = cred.uid;
       }
     }
-    if (sender > 0) handler_(sender, std::string(buf, static_cast<size_t>(n)));
+    if (sender > 0) handler_(sender, uid, std::string(buf, static_cast<size_t>(n)));
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "shmkeeper/fileutil.h"
 #include "shmkeeper/memcg.h"
+#include "shmkeeper/quarantine.h"
 #include "shmkeeper/safe_path.h"
 #include "shmkeeper/shm_dir.h"
 #include "shmkeeper/sysv.h"
@@ -86,8 +87,11 @@ std::string DisplayPath(const PodRecord& p, const std::string& rel) {
 }
 
 // The `n` largest files, with their holders and the holders' commands.
+LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held);
+
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
-                                       size_t n, const std::string& proc) {
+                                       size_t n, const std::map<FileKey, LeakState>& verdicts,
+                                       const std::string& proc) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   n = std::min(n, idx.size());
@@ -96,10 +100,12 @@ std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<Shm
   std::vector<SegmentRecord> out;
   for (size_t k = 0; k < n; ++k) {
     const ShmFile& f = files[idx[k]];
-    SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, {}};
-    if (auto held = table.holders.find(f.key); held != table.holders.end()) {
+    SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, LeakState::kHeld, {}};
+    auto held = table.holders.find(f.key);
+    if (held != table.holders.end()) {
       for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped});
     }
+    seg.state = SegmentState(verdicts, f.key, held != table.holders.end());
     out.push_back(std::move(seg));
   }
   return out;
@@ -127,22 +133,54 @@ NameHint CreatorHintFromName(const std::string& path) {
 
 namespace {
 
-// Adds a leak to its pod and the snapshot. `first_unheld` decides whether the
-// grace period is over.
-void FinishLeak(LeakRecord l, const PodRecord& p, SteadyClock::time_point now, SteadyClock::time_point first_unheld,
-                std::chrono::seconds grace, NodeSnapshot* snap, int64_t* pod_leaked) {
-  l.pod = p.key;
-  l.state = l.creator_dead ? LeakState::kLeaked : LeakState::kOrphaned;
+// Adds an unheld segment to its pod and the snapshot, with its verdict:
+// leaked needs evidence (a creator source), that creator dead, and
+// leaks.grace over since the agent first saw it unheld; else unheld.
+void FinishLeak(LeakRecord l, PodRecord* p, SteadyClock::time_point now, SteadyClock::time_point first_unheld,
+                std::chrono::seconds grace, NodeSnapshot* snap) {
+  l.pod = p->key;
+  bool past_grace = now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
+  l.state = !l.creator_source.empty() && l.creator_dead && past_grace ? LeakState::kLeaked : LeakState::kUnheld;
   l.unheld_for_sec = std::chrono::duration<double>(now - first_unheld).count();
-  l.reclaimable =
-      l.state == LeakState::kLeaked && now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
-  l.access_pid = p.access_pid;
-  l.host_dir = p.host_dir;
-  l.shm_host_source = p.shm_host_source;
-  l.reclaim_auto = p.reclaim_auto;
-  *pod_leaked += l.bytes;
-  snap->leaked_bytes += l.bytes;
+  l.reclaimable = l.state == LeakState::kLeaked;
+  l.access_pid = p->access_pid;
+  l.host_dir = p->host_dir;
+  l.shm_host_source = p->shm_host_source;
+  l.reclaim_auto = p->reclaim_auto;
+  p->unheld_bytes += l.bytes;
+  snap->unheld_bytes += l.bytes;
+  if (l.state == LeakState::kLeaked) {
+    p->leaked_bytes += l.bytes;
+    snap->leaked_bytes += l.bytes;
+  }
   snap->leaks.push_back(std::move(l));
+}
+
+// Whether the pod's /dev/shm is its own tmpfs rather than one it joined
+// (docker --ipc=container:, a podman pod member): a tmpfs mount in its spec,
+// or a bind of a host tmpfs whose path names one of its containers.
+bool OwnsShm(const PodRecord& p) {
+  if (p.shm_host_source.empty()) return true;
+  return std::any_of(p.containers.begin(), p.containers.end(), [&](const ContainerRecord& c) {
+    return !c.id.empty() && p.shm_host_source.find(c.id) != std::string::npos;
+  });
+}
+
+// The order in which pods' segments are judged: on a tmpfs several pods
+// share, the owner's turn comes first and the others' segments are not
+// counted again.
+std::vector<size_t> OwnersFirst(const std::vector<PodRecord>& pods) {
+  std::vector<size_t> order(pods.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return OwnsShm(pods[i]); });
+  return order;
+}
+
+// The verdict of each file of a pod for its top segments.
+LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held) {
+  if (held) return LeakState::kHeld;
+  auto it = verdicts.find(key);
+  return it == verdicts.end() ? LeakState::kUnheld : it->second;
 }
 
 }  // namespace
@@ -171,7 +209,28 @@ void Scanner::MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const {
   }
 }
 
-ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs) const {
+namespace {
+
+// Measures one pod's tmpfs, first renaming back any file a reclaim left in
+// quarantine (an agent killed mid-reclaim). No reclaim runs during a scan.
+Result<ShmDir> MeasureRestoring(int fd, int depth, int64_t* restored) {
+  Result<ShmDir> d = MeasureShmDir(fd, depth);
+  if (!d.ok()) return d;
+  std::vector<std::string> hidden;
+  for (const ShmFile& f : d->files) {
+    size_t slash = f.path.rfind('/');
+    if (IsQuarantineName(slash == std::string::npos ? f.path : f.path.substr(slash + 1))) hidden.push_back(f.path);
+  }
+  if (hidden.empty()) return d;
+  int n = RestoreQuarantined(fd, hidden);
+  *restored += n;
+  return n ? MeasureShmDir(fd, depth) : d;
+}
+
+}  // namespace
+
+ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
+                               int64_t* restored) const {
   // Open every pod's tmpfs: its device is what holders are looked for on.
   std::vector<UniqueFd> fds(pods->size());
   std::set<dev_t> devices;
@@ -191,7 +250,7 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     for (size_t i = 0; i < pods->size(); ++i) {
       if (!fds[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
-      Result<ShmDir> d = MeasureShmDir(fds[i].get(), host ? 0 : 8);
+      Result<ShmDir> d = host ? MeasureShmDir(fds[i].get(), 0) : MeasureRestoring(fds[i].get(), 8, restored);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
       if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
@@ -242,7 +301,7 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
     l.last_holder_pid = h.last_holder_pid;
     l.last_holder_command = h.last_holder_command;
     l.key = f.key;
-    FinishLeak(std::move(l), *p, clock.now, h.first_unheld, opts_.grace, snap, &p->leaked_bytes);
+    FinishLeak(std::move(l), p, clock.now, h.first_unheld, opts_.grace, snap);
   }
 }
 
@@ -270,7 +329,7 @@ void Scanner::SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& ac
     l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
     l.last_holder_pid = s.lpid;
     l.sysv_cpid = s.cpid;
-    FinishLeak(std::move(l), *p, clock.now, it->second, opts_.grace, snap, &p->leaked_bytes);
+    FinishLeak(std::move(l), p, clock.now, it->second, opts_.grace, snap);
   }
 }
 
@@ -285,14 +344,14 @@ NodeSnapshot Scanner::Scan() {
   dev_t host_dev = 0;
   MeasureHost(&snap, &host_dev);
   std::vector<ShmDir> dirs;
-  ProcTable table = MeasurePods(&snap.pods, host_dev, &dirs);
+  ProcTable table = MeasurePods(&snap.pods, host_dev, &dirs, &snap.restored_from_quarantine);
   Clock clock{SteadyClock::now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
   live_keys_.clear();
   live_sysv_.clear();
-  std::set<dev_t> counted;
+  std::set<dev_t> counted, judged;
   std::set<ino_t> ipc_seen;
-  for (size_t i = 0; i < snap.pods.size(); ++i) {
+  for (size_t i : OwnersFirst(snap.pods)) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
     p.size_bytes = d.size_bytes;
@@ -302,8 +361,12 @@ NodeSnapshot Scanner::Scan() {
     if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
     // A watched host directory lives in the agent's own namespaces.
     const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
-    FileLeaks(&p, d, table, access, clock, &snap);
-    p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, opts_.proc);
+    size_t first_leak = snap.leaks.size();
+    p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
+    if (!p.shm_counted_elsewhere) FileLeaks(&p, d, table, access, clock, &snap);
+    std::map<FileKey, LeakState> verdicts;
+    for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
+    p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, verdicts, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
@@ -330,6 +393,16 @@ const char* PodKindName(PodKind kind) {
   return "?";
 }
 
-const char* LeakStateName(LeakState state) { return state == LeakState::kLeaked ? "leaked" : "orphaned"; }
+const char* LeakStateName(LeakState state) {
+  switch (state) {
+    case LeakState::kHeld:
+      return "held";
+    case LeakState::kUnheld:
+      return "unheld";
+    case LeakState::kLeaked:
+      return "leaked";
+  }
+  return "?";
+}
 
 }  // namespace shmkeeper

@@ -1,12 +1,16 @@
 #include "shmkeeper/reclaim.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "shmkeeper/fileutil.h"
 #include "shmkeeper/safe_path.h"
@@ -14,6 +18,13 @@
 
 namespace shmkeeper {
 namespace {
+
+// Files claimed (leased and quarantined) at once: each holds an fd.
+constexpr size_t kBatch = 256;
+// Between the quarantine renames and the final checks: an open(2) that looked
+// the old name up just before the rename reaches the inode (and so the lease)
+// within this time unless it is descheduled for longer (README).
+constexpr auto kSettle = std::chrono::milliseconds(20);
 
 // The pod's shm root through which files can be removed: the access
 // process's /dev/shm, or, when that mount is read-only, the host tmpfs the
@@ -28,7 +39,8 @@ Result<UniqueFd> OpenShmRoot(const LeakRecord& l, const std::string& proc) {
   return host;
 }
 
-// Opens the directory that contains `l.rel` inside the pod's shm root.
+// Opens the directory that contains `l.rel` inside the pod's shm root,
+// refusing symlinks on the way.
 Result<UniqueFd> OpenParent(const LeakRecord& l, const std::string& proc, std::string* base) {
   size_t slash = l.rel.rfind('/');
   *base = slash == std::string::npos ? l.rel : l.rel.substr(slash + 1);
@@ -41,63 +53,176 @@ Result<UniqueFd> OpenParent(const LeakRecord& l, const std::string& proc, std::s
     SHMK_ASSIGN_OR_RETURN(root, OpenShmRoot(l, proc));
   }
   if (sub.empty()) return root;
-  return OpenInRoot(root.get(), sub, O_RDONLY | O_DIRECTORY, /*allow_xdev=*/false);
+  return OpenNoSymlinks(root.get(), sub, O_RDONLY | O_DIRECTORY);
 }
 
-// The file checks: same inode, and no holder in the fresh scan.
-Status CheckFile(const LeakRecord& l, int dir_fd, const std::string& base,
-                 const std::map<FileKey, std::vector<HolderRef>>& holders) {
+// Leases notify their holder with SIGIO when an open breaks them; the agent
+// polls F_GETLEASE instead, so the signal (default action: terminate) must be
+// ignored. Only SIG_DFL is replaced: a handler someone installed stays.
+void IgnoreLeaseSignal() {
+  struct sigaction old {};
+  if (::sigaction(SIGIO, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGIO, &ign, nullptr);
+  }
+}
+
+// One candidate in the protocol.
+struct Claim {
+  LeakRecord leak;
+  UniqueFd dir, file;
+  std::string base, quarantine;
+  bool renamed = false;
+};
+
+struct Skip {
+  const char* reason;
+  std::string message;
+};
+
+// Whether `name` in `dir` is still the inode of the claim.
+bool SameInode(int dir, const std::string& name, const FileKey& key) {
   struct stat st;
-  if (::fstatat(dir_fd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return Status::FromErrno(errno, "stat " + l.path);
-  }
-  if (!S_ISREG(st.st_mode) || st.st_dev != l.key.dev || st.st_ino != l.key.ino) {
-    return Status::Precondition("replaced since the scan");
-  }
-  auto it = holders.find(l.key);
-  if (it != holders.end() && !it->second.empty()) {
-    return Status::Precondition("held by pid " + std::to_string(it->second.front().pid));
-  }
-  return Status::Ok();
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_dev == key.dev &&
+         st.st_ino == key.ino;
 }
 
-Status ReclaimFile(const LeakRecord& l, bool dry_run, const std::string& proc,
-                   const std::map<FileKey, std::vector<HolderRef>>& holders) {
-  std::string base;
-  SHMK_ASSIGN_OR_RETURN(UniqueFd dir, OpenParent(l, proc, &base));
-  SHMK_RETURN_IF_ERROR(CheckFile(l, dir.get(), base, holders));
-  if (dry_run) return Status::Ok();
-  if (::unlinkat(dir.get(), base.c_str(), 0) != 0) return Status::FromErrno(errno, "unlink " + l.path);
-  return Status::Ok();
+// Step 1: open, check and lease. On success the caller owns a lease that no
+// other open file description can coexist with.
+std::optional<Skip> Lease(Claim* c, const std::string& proc) {
+  Result<UniqueFd> dir = OpenParent(c->leak, proc, &c->base);
+  if (!dir.ok()) return Skip{"error", dir.status().message()};
+  c->dir = std::move(*dir);
+  c->file.reset(::openat(c->dir.get(), c->base.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!c->file.valid()) {
+    // EWOULDBLOCK: someone else holds a lease on it, i.e. is using it.
+    return Skip{errno == EWOULDBLOCK ? "held" : "changed", Status::FromErrno(errno, "open " + c->leak.path).message()};
+  }
+  struct stat st;
+  if (::fstat(c->file.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != c->leak.key.dev ||
+      st.st_ino != c->leak.key.ino) {
+    return Skip{"changed", "replaced since the scan"};
+  }
+  if (st.st_nlink != 1) return Skip{"linked", "has " + std::to_string(st.st_nlink) + " names"};
+  if (::fcntl(c->file.get(), F_SETLEASE, F_WRLCK) != 0) {
+    if (errno == EAGAIN) return Skip{"held", "open or mapped by a process (the kernel refused a lease)"};
+    return Skip{"error", Status::FromErrno(errno, "lease " + c->leak.path).message() +
+                             (errno == EINVAL ? " (reclaim needs file leases: fs.leases-enable=1)" : "")};
+  }
+  return std::nullopt;
+}
+
+// Step 2: hide the name, so that no open by name can start any more.
+std::optional<Skip> Quarantine(Claim* c) {
+  Result<std::string> q = QuarantineName(c->base);
+  if (!q.ok()) return Skip{"error", q.status().message()};
+  c->quarantine = *q;
+  Status s = RenameNoReplace(c->dir.get(), c->base, c->quarantine);
+  if (!s.ok()) return Skip{"error", s.message()};
+  c->renamed = true;
+  if (!SameInode(c->dir.get(), c->quarantine, c->leak.key)) return Skip{"changed", "replaced during the rename"};
+  return std::nullopt;
+}
+
+// Step 4's checks, right before the unlink.
+std::optional<Skip> FinalCheck(const Claim& c, const std::map<FileKey, std::vector<HolderRef>>& holders) {
+  if (auto it = holders.find(c.leak.key); it != holders.end() && !it->second.empty()) {
+    return Skip{"held", "held by pid " + std::to_string(it->second.front().pid)};
+  }
+  // A breaking lease reads as the type it is being broken to.
+  if (::fcntl(c.file.get(), F_GETLEASE) != F_WRLCK) return Skip{"opened", "opened during the check"};
+  // Taking the lease again re-checks that no other open file description exists.
+  if (::fcntl(c.file.get(), F_SETLEASE, F_WRLCK) != 0) return Skip{"opened", "opened during the check"};
+  const std::string& name = c.renamed ? c.quarantine : c.base;  // a dry run renames nothing
+  if (!SameInode(c.dir.get(), name, c.leak.key)) return Skip{"changed", "replaced during the check"};
+  return std::nullopt;
+}
+
+// Puts a kept file back under its name (or leaves it in quarantine for the
+// next scan to restore when the name is taken meanwhile).
+void Restore(Claim* c) {
+  if (!c->renamed) return;
+  if (SameInode(c->dir.get(), c->quarantine, c->leak.key)) (void)RenameNoReplace(c->dir.get(), c->quarantine, c->base);
+  c->renamed = false;
+}
+
+void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
+  Restore(c);
+  out->skipped.push_back({c->leak, why.reason, why.message});
+}
+
+void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, ReclaimOutcome* out) {
+  std::vector<Claim*> live;
+  for (Claim& c : batch) {
+    std::optional<Skip> skip = Lease(&c, proc);
+    if (!skip && !dry_run) skip = Quarantine(&c);
+    if (skip) {
+      Keep(&c, *skip, out);
+    } else {
+      live.push_back(&c);
+    }
+  }
+  if (live.empty()) return;
+  if (!dry_run) std::this_thread::sleep_for(kSettle);
+  std::set<FileKey> keys;
+  std::set<int> own;  // the claims' own fds are no holders
+  for (Claim* c : live) {
+    keys.insert(c->leak.key);
+    own.insert(c->file.get());
+  }
+  std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc, own);
+  for (Claim* c : live) {
+    std::optional<Skip> skip = FinalCheck(*c, holders);
+    if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
+      skip = Skip{"error", Status::FromErrno(errno, "unlink " + c->leak.path).message()};
+    }
+    if (skip) {
+      Keep(c, *skip, out);
+      continue;
+    }
+    c->renamed = false;
+    if (!dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK) ++out->raced;
+    out->freed_bytes += c->leak.bytes;
+    out->reclaimed.push_back(c->leak);
+  }
+}
+
+Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
+  return dry_run ? Status::Ok() : RemoveSysvShm(l.access_pid, l.sysv_id, l.sysv_cpid, proc);
 }
 
 }  // namespace
 
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc) {
+  IgnoreLeaseSignal();
   ReclaimOutcome out;
-  // One fresh pass over every process, right before the removals (a pass per
-  // file would cost a full /proc scan per leak); each file's inode is still
-  // re-checked at its unlink.
-  std::set<FileKey> keys;
-  for (const LeakRecord& l : candidates) {
-    if (l.sysv_id < 0 && l.reclaimable) keys.insert(l.key);
-  }
-  std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc);
+  std::vector<Claim> batch;
+  auto flush = [&] {
+    ReclaimBatch(batch, dry_run, proc, &out);
+    batch.clear();  // closes the fds: the leases go with them
+  };
   for (const LeakRecord& l : candidates) {
     if (!l.reclaimable) {
-      out.skipped.push_back({l, l.state == LeakState::kLeaked ? "unheld for less than leaks.grace"
-                                                              : "orphaned: its creator is not known to be dead"});
+      out.skipped.push_back({l, "verdict",
+                             l.state == LeakState::kLeaked ? "unheld for less than leaks.grace"
+                                                           : "unheld, but nothing shows it was leaked"});
       continue;
     }
-    Status s = l.sysv_id >= 0 ? (dry_run ? Status::Ok() : RemoveSysvShm(l.access_pid, l.sysv_id, l.sysv_cpid, proc))
-                              : ReclaimFile(l, dry_run, proc, holders);
-    if (!s.ok()) {
-      out.skipped.push_back({l, s.message()});
+    if (l.sysv_id >= 0) {
+      Status s = ReclaimSysv(l, dry_run, proc);
+      if (!s.ok()) {
+        out.skipped.push_back({l, s.code() == Code::kFailedPrecondition ? "held" : "error", s.message()});
+        continue;
+      }
+      out.freed_bytes += l.bytes;
+      out.reclaimed.push_back(l);
       continue;
     }
-    out.freed_bytes += l.bytes;
-    out.reclaimed.push_back(l);
+    batch.push_back(Claim{l, {}, {}, {}, {}, false});
+    if (batch.size() == kBatch) flush();
   }
+  if (!batch.empty()) flush();
   return out;
 }
 

@@ -197,8 +197,8 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   pid_t dead = DeadPid();
   pid_t alive = ::getpid();
   Write("torch_" + std::to_string(dead) + "_0", 1 << 20);   // leaked
-  Write("torch_" + std::to_string(alive) + "_1", 1 << 20);  // orphaned: creator alive
-  Write("plain", 1 << 20);                                  // orphaned: creator unknown
+  Write("torch_" + std::to_string(alive) + "_1", 1 << 20);  // unheld: creator alive
+  Write("plain", 1 << 20);                                  // unheld: creator unknown
   Write("torch_" + std::to_string(dead) + "_held", 1 << 20);
   Hold("torch_" + std::to_string(dead) + "_held");  // held: never a leak
   agent_->ScanNow();
@@ -213,8 +213,8 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   EXPECT_EQ(leaked.evidence().creator_pid(), dead);
   EXPECT_TRUE(leaked.evidence().creator_dead());
   EXPECT_TRUE(leaked.reclaimable());
-  EXPECT_EQ(by_path["torch_" + std::to_string(alive) + "_1"].state(), v1::LEAK_STATE_ORPHANED);
-  EXPECT_EQ(by_path["plain"].state(), v1::LEAK_STATE_ORPHANED);
+  EXPECT_EQ(by_path["torch_" + std::to_string(alive) + "_1"].state(), v1::LEAK_STATE_UNHELD);
+  EXPECT_EQ(by_path["plain"].state(), v1::LEAK_STATE_UNHELD);
 
   // Dry run by default: nothing removed.
   v1::ReclaimLeaksResponse dry;
@@ -225,7 +225,7 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   EXPECT_TRUE(dry.dry_run());
   EXPECT_EQ(dry.reclaimed_size(), 1);
   EXPECT_EQ(::access((shm_ + "/torch_" + std::to_string(dead) + "_0").c_str(), F_OK), 0);
-  // For real: only the leaked one goes; orphaned and held ones stay.
+  // For real: only the leaked one goes; unheld and held ones stay.
   v1::ReclaimLeaksRequest req;
   req.set_dry_run(false);
   v1::ReclaimLeaksResponse real;

@@ -11,11 +11,12 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string payload(reinterpret_cast<const char*>(data), size);
   shmkeeper::Json doc = shmkeeper::Json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  auto rec = shmkeeper::CreatorFromDatagram(doc, ::getpid(), "/proc");
+  shmkeeper::ClaimRejection why = shmkeeper::ClaimRejection::kMalformed;
+  auto rec = shmkeeper::VerifyCreatorClaim(doc, {::getpid(), ::getuid()}, &why, "/proc");
   if (!rec.ok()) {
-    if (rec.status().message().empty()) std::abort();
+    if (rec.status().message().empty() || std::string(shmkeeper::ClaimRejectionName(why)) == "?") std::abort();
     return 0;
   }
-  if (rec->second.host_pid != ::getpid()) std::abort();
+  if (rec->record.host_pid != ::getpid()) std::abort();
   return 0;
 }

@@ -84,10 +84,26 @@ struct Reconciler {
   std::function<void(const ReconcileResult&)> report;
 };
 
+// Where the engine reports what an operator must be able to find later
+// (removals, refused datagrams). Called from any of the agent's threads.
+using AgentLog = std::function<void(LogLevel, const std::string&)>;
+
+// Counters beside the snapshots, for /metrics.
+struct AgentCounters {
+  std::map<std::string, int64_t> datagrams_rejected;  // by ClaimRejection name
+  std::map<std::string, int64_t> reclaim_kept;        // by SkippedLeak::reason
+  int64_t reclaim_errors = 0;
+  int64_t reclaim_raced = 0;
+  int64_t restored_from_quarantine = 0;
+};
+
 class Agent {
  public:
   Agent(const Config& config, ScanOptions scan);
   ~Agent();
+
+  // REQUIRES: called before Start(). The default drops messages.
+  void SetLog(AgentLog log) { log_ = std::move(log); }
 
   // REQUIRES: called before Start().
   void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
@@ -118,11 +134,15 @@ class Agent {
   const Config& config() const { return config_; }
   int64_t reclaimed_total() const { return reclaimed_total_; }
   int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
+  AgentCounters counters() const;
 
  private:
   void Loop();
   void Reconcile();
-  void OnDatagram(pid_t sender, const std::string& payload);
+  void OnDatagram(pid_t sender, uid_t uid, const std::string& payload);
+  void RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail);
+  // A scan, published, then auto-reclaim. REQUIRES: scan_mu_ held.
+  void ScanLocked();
   std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
   void Publish(std::shared_ptr<const NodeSnapshot> next);
   void AutoReclaim(const NodeSnapshot& snap);
@@ -147,6 +167,14 @@ class Agent {
   std::unique_ptr<EventReceiver> receiver_;
   std::unique_ptr<ChangeWatcher> watcher_;
   std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};
+  AgentLog log_ = [](LogLevel, const std::string&) {};
+  mutable std::mutex counters_mu_;
+  AgentCounters counters_;  // guarded by counters_mu_
+  // Rate limit of the log lines about refused datagrams: a window and what
+  // was logged or dropped in it. Guarded by counters_mu_.
+  std::chrono::steady_clock::time_point reject_window_{};
+  int reject_logged_ = 0;
+  int64_t reject_dropped_ = 0;
 };
 
 // Prometheus text exposition of a snapshot.

@@ -20,12 +20,13 @@
 namespace shmkeeper {
 
 // A SOCK_DGRAM unix socket with SO_PASSCRED. `on_datagram` gets the sender's
-// pid as the kernel reports it (in the agent's pid namespace) and the payload.
+// pid and uid as the kernel reports them (in the agent's namespaces) and the
+// payload; a datagram too large for the buffer arrives as an empty payload.
 // The socket is mode 0666: any container user may send, because nothing in
 // a payload is trusted (see creator_book.h).
 class EventReceiver {
  public:
-  using Handler = std::function<void(pid_t sender, const std::string& payload)>;
+  using Handler = std::function<void(pid_t sender, uid_t uid, const std::string& payload)>;
   EventReceiver(std::string path, Handler on_datagram);
   ~EventReceiver();
   Status Start();

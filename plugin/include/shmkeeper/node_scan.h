@@ -24,7 +24,17 @@
 namespace shmkeeper {
 
 enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4 };
-enum class LeakState { kOrphaned = 1, kLeaked = 2 };
+// The verdict on one segment, the same word in every view (pods, leaks,
+// watch, metrics, the API):
+//  held    some process has it open or mapped;
+//  unheld  nobody holds it, and nothing shows it was meant to be transient and
+//          abandoned (creator unknown or alive, or leaks.grace not over): a
+//          closed scratch file is unheld; never reclaimed;
+//  leaked  nobody holds it, for leaks.grace or longer, and there is positive
+//          evidence: a verified creator record, or a runtime's naming pattern
+//          with a pid (torch_<pid>_…, sgl_shm_<kind>_<pid>_…), and that
+//          creator is dead. Only leaked segments are reclaimed.
+enum class LeakState { kUnheld = 1, kLeaked = 2, kHeld = 3 };
 
 struct PodKey {
   PodKind kind = PodKind::kContainer;
@@ -41,6 +51,7 @@ struct SegmentRecord {
   std::string path;  // as the pod sees it: /dev/shm/<name>
   int64_t bytes = 0;
   bool unlinked = false;
+  LeakState state = LeakState::kHeld;
   std::vector<HolderInfo> holders;
 };
 
@@ -61,7 +72,11 @@ struct PodRecord {
   std::string requested_source;
   std::string sized_by;  // runtime, hook or reconcile; "" when shmkeeper did not size it
   std::vector<SegmentRecord> top_segments;
-  int64_t leaked_bytes = 0;
+  int64_t leaked_bytes = 0;  // segments whose verdict is leaked
+  int64_t unheld_bytes = 0;  // segments nobody holds (unheld and leaked)
+  // The tmpfs is another pod's (a shared IPC namespace): its segments are
+  // counted and listed under that pod only.
+  bool shm_counted_elsewhere = false;
   // how to reach it
   pid_t access_pid = 0;         // a live process of the pod (0 for host directories)
   std::string host_dir;         // kHost: the watched directory
@@ -79,7 +94,7 @@ struct LeakRecord {
   int64_t bytes = 0;
   int64_t age_sec = 0;
   double unheld_for_sec = 0;
-  LeakState state = LeakState::kOrphaned;
+  LeakState state = LeakState::kUnheld;
   pid_t creator_pid = 0;  // in the pod's pid namespace
   std::string creator_source, name_pattern;
   std::string creator_command;  // from a creator record
@@ -101,7 +116,8 @@ struct LeakRecord {
 struct NodeSnapshot {
   std::string hostname;
   int64_t host_shm_size_bytes = 0, host_shm_used_bytes = 0;
-  int64_t pods_shm_used_bytes = 0, leaked_bytes = 0;
+  int64_t pods_shm_used_bytes = 0, leaked_bytes = 0, unheld_bytes = 0;
+  int64_t restored_from_quarantine = 0;  // files renamed back after an interrupted reclaim
   std::vector<PodRecord> pods;
   std::vector<LeakRecord> leaks;
   std::chrono::system_clock::time_point time;
@@ -151,7 +167,8 @@ class Scanner {
   // The stages of Scan, in order.
   std::vector<PodRecord> DiscoverPods() const;
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
-  ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs) const;
+  ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
+                        int64_t* restored) const;
   void FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access, const Clock& clock,
                  NodeSnapshot* snap);
   void SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,

@@ -1,0 +1,33 @@
+// Quarantine names of the reclaim protocol (reclaim.h): a candidate is renamed
+// to kQuarantinePrefix + its name in its own directory while it is checked.
+// The prefix is reserved in every shm directory the agent watches: a file
+// named so is renamed back to its original name by the next scan, which is
+// how a crash in the middle of a reclaim never leaves a file hidden.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmkeeper/status.h"
+
+namespace shmkeeper {
+
+inline constexpr std::string_view kQuarantinePrefix = ".shmkeeper-reclaim.";
+
+// The quarantine name of `base` (a single path component); kInvalidArgument
+// when it would exceed NAME_MAX.
+Result<std::string> QuarantineName(const std::string& base);
+
+bool IsQuarantineName(std::string_view base);
+
+// Renames each file of `rel_paths` (relative to the directory open at
+// `root_fd`, each with a quarantine base name) back to its original name,
+// never replacing an existing file and never following a symlink. Returns
+// how many were restored; the others keep their quarantine name.
+int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths);
+
+// renameat2(RENAME_NOREPLACE) between two names of one directory.
+Status RenameNoReplace(int dir_fd, const std::string& from, const std::string& to);
+
+}  // namespace shmkeeper
