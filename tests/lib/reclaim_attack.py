@@ -44,9 +44,11 @@ def world_reachable_dir(prefix="shmk-ev-") -> Path:
     return d
 
 
-def agent_config(base: Path, dirs, reclaim="report", scan="1s", grace="1s", event_socket=None, extra_agent=""):
-    """A shmkeeperd config that watches only `dirs` (no runtime roots, no
-    Docker), with a private event socket and an ephemeral metrics port."""
+def agent_config(base: Path, dirs, reclaim="report", scan="1s", grace="1s", event_socket=None, runtime_roots=(),
+                 docker_socket=""):
+    """A shmkeeperd config that watches only `dirs` and the given runtime
+    roots / Docker socket (none by default), with an event socket (private by
+    default) and an ephemeral metrics port."""
     ev = event_socket or f"{base}/events/events.sock"
     return f"""
 agent:
@@ -54,10 +56,10 @@ agent:
   eventSocket: {ev}
   metricsAddress: 127.0.0.1:0
   scanInterval: {scan}
-  runtimeRoots: []
-  dockerSocket: ""
+  runtimeRoots: [{", ".join(str(r) for r in runtime_roots)}]
+  dockerSocket: "{docker_socket}"
   hostShmDirs: [{", ".join(str(d) for d in dirs)}]
-{extra_agent}leaks:
+leaks:
   grace: {grace}
   reclaim: {reclaim}
 """
