@@ -193,8 +193,11 @@ def test_agent_killed_mid_reclaim_restarts_without_quarantine_or_loss(tmp_path, 
                                         f"(at the kill: {in_quarantine_at_kill[:5]}; {killer_out['log']})")
         lost = [str(p) for p, ino in held_ino.items() if inodes([p]).get(p) != ino]
         assert not lost, f"held files lost across the crash: {lost}"
-        agent.cli("reclaim", "--yes")
-        wait_for(lambda: not [p for p in leaked if p.exists()], timeout=10, what="the rest of the leaks reclaimed")
+
+        def rest_reclaimed():  # the restarted agent's grace starts again at its first scan
+            agent.cli("reclaim", "--yes")
+            return not [p for p in leaked if p.exists()]
+        wait_for(rest_reclaimed, timeout=15, interval=0.5, what="the rest of the leaks reclaimed")
         lost = [str(p) for p, ino in held_ino.items() if inodes([p]).get(p) != ino]
         assert not lost, f"held files removed by the reclaim after the restart: {lost}"
     finally:
