@@ -69,14 +69,9 @@
 
 struct opts {
   double seconds, settle;
-  unsigned seed;
-  int map, n, min_ms, max_ms, vcount, linger_ms, keep_s;
-  long bytes;
-  uid_t uid;
-  gid_t gid;
-  pid_t pid;
+  int seed, map, n, min_ms, max_ms, vcount, linger_ms, keep_s, open_first, refill;
+  long bytes, uid, gid, pid;
   const char *prefix, *vprefix, *tag, *socket, *bind_dir;
-  int open_first, refill;
 };
 
 struct watched {
@@ -267,7 +262,7 @@ static int mode_relay(void) {
   }
   for (int i = 0; i < NW; ++i) take(&W[i], 0);
   ready();
-  srand(O.seed ^ (unsigned)getpid());
+  srand((unsigned)O.seed ^ (unsigned)getpid());
   double deadline = now() + O.seconds;
   long hops = 0;
   while (now() < deadline) {
@@ -295,25 +290,38 @@ static int mode_map_closed(void) {
   return report("map-closed", NULL);
 }
 
+/* One byte with room for one fd of SCM_RIGHTS: msg points into it. */
+struct scm_buf {
+  char byte;
+  struct iovec iov;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  struct msghdr msg;
+};
+
+static void scm_init(struct scm_buf* b) {
+  memset(b, 0, sizeof *b);
+  b->byte = 'f';
+  b->iov = (struct iovec){&b->byte, 1};
+  b->msg = (struct msghdr){
+      .msg_iov = &b->iov, .msg_iovlen = 1, .msg_control = b->control.buf, .msg_controllen = sizeof b->control.buf};
+}
+
 static int mode_scm(void) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
+  struct scm_buf b;
   for (int i = 0; i < NW; ++i) {
     take(&W[i], 0);
-    char byte = 'f';
-    struct iovec iov = {&byte, 1};
-    union {
-      char buf[CMSG_SPACE(sizeof(int))];
-      struct cmsghdr align;
-    } control;
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    scm_init(&b);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&b.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &W[i].fd, sizeof(int));
-    if (sendmsg(sv[0], &msg, 0) != 1) die("sendmsg");
+    if (sendmsg(sv[0], &b.msg, 0) != 1) die("sendmsg");
     close(W[i].fd);  // from now on the only reference is in flight in sv[1]'s queue
     W[i].fd = -1;
   }
@@ -324,16 +332,9 @@ static int mode_scm(void) {
     sleep_ms(20);
   }
   for (int i = 0; i < NW; ++i) {  // the fds come back in the order they were sent
-    char byte;
-    struct iovec iov = {&byte, 1};
-    union {
-      char buf[CMSG_SPACE(sizeof(int))];
-      struct cmsghdr align;
-    } control;
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
-    if (recvmsg(sv[1], &msg, MSG_CMSG_CLOEXEC) != 1) die("recvmsg");
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    scm_init(&b);
+    if (recvmsg(sv[1], &b.msg, MSG_CMSG_CLOEXEC) != 1) die("recvmsg");
+    struct cmsghdr* c = CMSG_FIRSTHDR(&b.msg);
     if (!c || c->cmsg_type != SCM_RIGHTS) die("no SCM_RIGHTS");
     memcpy(&W[i].fd, CMSG_DATA(c), sizeof(int));
   }
@@ -359,7 +360,7 @@ static int mode_reopen_storm(int argc, char** argv) {
   int count;
   char** names = storm_names(argc, argv, &count);
   if (count == 0) die("no names");
-  srand(O.seed ^ (unsigned)getpid());
+  srand((unsigned)O.seed ^ (unsigned)getpid());
   long opens = 0, enoent = 0, removed = 0, refills = 0;
   ready();
   double deadline = now() + O.seconds;
@@ -427,7 +428,7 @@ static int mode_rename_storm(void) {
     snprintf(W[k].path, PATH_MAX, "%s", alt[k][0]);
     take(&W[k], k % 2);
   }
-  srand(O.seed ^ (unsigned)getpid());
+  srand((unsigned)O.seed ^ (unsigned)getpid());
   long renames = 0, enoent = 0, replaced = 0;
   ready();
   double deadline = now() + O.seconds;
@@ -500,8 +501,8 @@ static int mode_forge(const char* name) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) die("mount private");
     if (mount(O.bind_dir, "/dev/shm", NULL, MS_BIND, NULL) != 0) die("bind /dev/shm");
   }
-  if (O.gid != (gid_t)-1 && (setgroups(0, NULL) != 0 || setgid(O.gid) != 0)) die("setgid");
-  if (O.uid != (uid_t)-1 && setuid(O.uid) != 0) die("setuid");
+  if (O.gid >= 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)O.gid) != 0)) die("setgid");
+  if (O.uid >= 0 && setuid((uid_t)O.uid) != 0) die("setuid");
   char path[PATH_MAX];
   snprintf(path, sizeof path, "/dev/shm/%s", name);
   int fd = -1;
@@ -547,8 +548,8 @@ static int mode_killer(const char* dir) {
       quarantined += q;
       // Kill inside a quarantine window when the agent has them; else after N deletions.
       if (deletes >= O.n && (q || quarantined == 0)) {
-        kill(O.pid, SIGKILL);
-        say("killed pid=%d deletes=%ld quarantined=%ld at=%s", O.pid, deletes, quarantined, e->len ? e->name : "");
+        kill((pid_t)O.pid, SIGKILL);
+        say("killed pid=%ld deletes=%ld quarantined=%ld at=%s", O.pid, deletes, quarantined, e->len ? e->name : "");
         return 0;
       }
     }
@@ -573,6 +574,57 @@ static int mode_unlink(const char* dir) {
   return 0;
 }
 
+/* The options, one row each: letter, kind, field. */
+enum kind { kDouble, kInt, kLong, kString, kFlag };
+static const struct {
+  char letter;
+  enum kind kind;
+  void* field;
+} kOptions[] = {
+    {'t', kDouble, &O.seconds},  {'w', kDouble, &O.settle}, {'s', kInt, &O.seed},   {'m', kFlag, &O.map},
+    {'n', kInt, &O.n},           {'a', kInt, &O.min_ms},    {'b', kInt, &O.max_ms}, {'p', kString, &O.prefix},
+    {'v', kString, &O.vprefix},  {'V', kInt, &O.vcount},    {'x', kString, &O.tag}, {'z', kLong, &O.bytes},
+    {'S', kString, &O.socket},   {'u', kLong, &O.uid},      {'g', kLong, &O.gid},   {'B', kString, &O.bind_dir},
+    {'o', kFlag, &O.open_first}, {'l', kInt, &O.linger_ms}, {'k', kInt, &O.keep_s}, {'P', kLong, &O.pid},
+    {'r', kFlag, &O.refill},
+};
+
+/* getopt over kOptions; false on an unknown option. */
+static int parse_options(int argc, char** argv) {
+  char spec[2 * sizeof kOptions / sizeof kOptions[0] + 1], *q = spec;
+  for (size_t i = 0; i < sizeof kOptions / sizeof kOptions[0]; ++i) {
+    *q++ = kOptions[i].letter;
+    if (kOptions[i].kind != kFlag) *q++ = ':';
+  }
+  *q = 0;
+  optind = 2;
+  int c;
+  while ((c = getopt(argc, argv, spec)) != -1) {
+    size_t i = 0;
+    while (i < sizeof kOptions / sizeof kOptions[0] && kOptions[i].letter != c) ++i;
+    if (i == sizeof kOptions / sizeof kOptions[0]) return 0;
+    void* f = kOptions[i].field;
+    switch (kOptions[i].kind) {
+      case kDouble:
+        *(double*)f = atof(optarg);
+        break;
+      case kInt:
+        *(int*)f = atoi(optarg);
+        break;
+      case kLong:
+        *(long*)f = atol(optarg);
+        break;
+      case kString:
+        *(const char**)f = optarg;
+        break;
+      case kFlag:
+        *(int*)f = 1;
+        break;
+    }
+  }
+  return 1;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: holders MODE [options] [PATH...] (see tests/helpers/holders.c)\n");
@@ -586,79 +638,9 @@ int main(int argc, char** argv) {
                     .max_ms = 5,
                     .linger_ms = 300,
                     .bytes = 4096,
-                    .uid = (uid_t)-1,
-                    .gid = (gid_t)-1};
-  optind = 2;
-  int c;
-  while ((c = getopt(argc, argv, "t:w:s:mn:a:b:p:v:V:x:z:S:u:g:B:ol:k:P:r")) != -1) {
-    switch (c) {
-      case 't':
-        O.seconds = atof(optarg);
-        break;
-      case 'w':
-        O.settle = atof(optarg);
-        break;
-      case 's':
-        O.seed = (unsigned)strtoul(optarg, NULL, 10);
-        break;
-      case 'm':
-        O.map = 1;
-        break;
-      case 'n':
-        O.n = atoi(optarg);
-        break;
-      case 'a':
-        O.min_ms = atoi(optarg);
-        break;
-      case 'b':
-        O.max_ms = atoi(optarg);
-        break;
-      case 'p':
-        O.prefix = optarg;
-        break;
-      case 'v':
-        O.vprefix = optarg;
-        break;
-      case 'V':
-        O.vcount = atoi(optarg);
-        break;
-      case 'x':
-        O.tag = optarg;
-        break;
-      case 'z':
-        O.bytes = atol(optarg);
-        break;
-      case 'S':
-        O.socket = optarg;
-        break;
-      case 'u':
-        O.uid = (uid_t)atol(optarg);
-        break;
-      case 'g':
-        O.gid = (gid_t)atol(optarg);
-        break;
-      case 'B':
-        O.bind_dir = optarg;
-        break;
-      case 'o':
-        O.open_first = 1;
-        break;
-      case 'l':
-        O.linger_ms = atoi(optarg);
-        break;
-      case 'k':
-        O.keep_s = atoi(optarg);
-        break;
-      case 'P':
-        O.pid = (pid_t)atol(optarg);
-        break;
-      case 'r':
-        O.refill = 1;
-        break;
-      default:
-        return 2;
-    }
-  }
+                    .uid = -1,
+                    .gid = -1};
+  if (!parse_options(argc, argv)) return 2;
   int nargs = argc - optind;
   char** args = argv + optind;
   if (!strcmp(mode, "reopen-storm")) return mode_reopen_storm(nargs, args);
