@@ -59,6 +59,11 @@ def inode(engine, name, path):
     return p.stdout.strip() if p.returncode == 0 else None
 
 
+def torch_leak(engine, name, mib):
+    """A torch_<pid>_0 file of `mib` MiB whose creator is dead (SIGKILL); its pid in the container."""
+    return int(engine.docker("exec", name, "/t/shmtool", "torch-leak", str(mib), check=False).stdout.split()[1])
+
+
 def json_stream(text):
     """The JSON documents printed one after another (watch -o json)."""
     dec, out, i = json.JSONDecoder(), [], 0
@@ -133,8 +138,8 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
         start(e, agent.evdir, "verdict-neighbour", "--ipc", "container:verdict-owner")
         e.docker("exec", "-d", "verdict-app", "/t/shmtool", "hold", "data", "4")
         sh(e, "verdict-app", "dd if=/dev/zero of=/dev/shm/scratch bs=1M count=3 2>/dev/null")
-        app_pid = int(e.docker("exec", "verdict-app", "/t/shmtool", "torch-leak", "2", check=False).stdout.split()[1])
-        nb_pid = int(e.docker("exec", "verdict-neighbour", "/t/shmtool", "torch-leak", "1", check=False).stdout.split()[1])
+        app_pid = torch_leak(e, "verdict-app", 2)
+        nb_pid = torch_leak(e, "verdict-neighbour", 1)
         app_leak, shared_leak = f"/dev/shm/torch_{app_pid}_0", f"/dev/shm/torch_{nb_pid}_0"
 
         def settled():
@@ -168,7 +173,8 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
     shared = by.get(shared_leak, [])
     expect(len(shared) == 1 and shared[0]["pod"]["name"] == "verdict-owner" and
            shared[0]["state"] == "LEAK_STATE_LEAKED",
-           f"the shared tmpfs's leak must be listed once, under verdict-owner: {[(l['pod']['name'], l['state']) for l in shared]}")
+           "the shared tmpfs's leak must be listed once, under verdict-owner: "
+           f"{[(l['pod']['name'], l['state']) for l in shared]}")
     leaked_sum = sum(int(l["bytes"]) for l in ls if l["state"] == "LEAK_STATE_LEAKED")
 
     def pod_sum(name, states):
@@ -194,7 +200,8 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
     paths = [ev.get("path") for ev in found]
     expect(app_leak in paths and shared_leak in paths, f"watch: no LEAK_FOUND for the leaks: {paths}")
     expect("/dev/shm/scratch" not in paths and "/dev/shm/data" not in paths,
-           f"watch: LEAK_FOUND for a file that is not leaked: {[(ev['pod'].get('name'), ev.get('path')) for ev in found]}")
+           "watch: LEAK_FOUND for a file that is not leaked: "
+           f"{[(ev['pod'].get('name'), ev.get('path')) for ev in found]}")
     expect(paths.count(shared_leak) == 1, f"watch: {paths.count(shared_leak)} LEAK_FOUND for the shared leak")
     # metrics
     for name, series, want in [("verdict-app", "shmkeeper_pod_leaked_bytes", 2 * MiB),

@@ -17,8 +17,11 @@
  *   reopen-storm  open a random PATH (or -p PREFIX with -n N: PREFIX0..PREFIX<N-1>), keep it 0-2 ms,
  *                 close; an fd whose st_nlink is 0 while open is a file removed after it was opened;
  *                 -r: recreate a name that is gone (closed at once: a fresh leak, the churn goes on)
+ *   swap          exchange directory -p DIR with a symlink DIR.swap -> -v TARGET (RENAME_EXCHANGE) every
+ *                 0-1 ms: a path resolved through DIR may land in TARGET (outside the tmpfs)
  *   rename-storm  create -n N held files named -p PREFIX<pid>_<k>{a,b} and rename each back and forth
  *                 (and, with -v VPREFIX -V COUNT, over the names VPREFIX0.. and back: atomic replace)
+ * -R: holders open read-only (and map PROT_READ).
  * Each prints "ready pid=<pid>" once it holds everything, and at the end one line
  *   result mode=<mode> watched=<files> removed=<n> missing=<n> transient=<n> [opens=<n> enoent=<n>]
  * removed: a held file whose st_nlink became 0 (or whose mapping turned "(deleted)");
@@ -69,7 +72,7 @@
 
 struct opts {
   double seconds, settle;
-  int seed, map, n, min_ms, max_ms, vcount, linger_ms, keep_s, open_first, refill;
+  int seed, map, n, min_ms, max_ms, vcount, linger_ms, keep_s, open_first, refill, read_only;
   long bytes, uid, gid, pid;
   const char *prefix, *vprefix, *tag, *socket, *bind_dir;
 };
@@ -120,14 +123,14 @@ static void sleep_ms(double ms) {
 
 /* Opens (and, with `map`, maps) w->path; records its inode. */
 static void take(struct watched* w, int map) {
-  w->fd = open(w->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  w->fd = open(w->path, (O.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
   if (w->fd < 0) die(w->path);
   struct stat st;
   if (fstat(w->fd, &st) != 0) die("fstat");
   w->dev = st.st_dev;
   w->ino = st.st_ino;
   if (map) {
-    w->map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
+    w->map = mmap(NULL, 4096, PROT_READ | (O.read_only ? 0 : PROT_WRITE), MAP_SHARED, w->fd, 0);
     if (w->map == MAP_FAILED) die("mmap");
   }
 }
@@ -526,36 +529,78 @@ static int mode_forge(const char* name) {
   return 0;
 }
 
+static int is_quarantine(const struct inotify_event* e) {
+  return e->len && strncmp(e->name, QUARANTINE, strlen(QUARANTINE)) == 0;
+}
+
+struct killer {
+  long deletes, quarantined, in_quarantine;
+  double due;
+  const char* at;
+};
+
+/* Kills O.pid while a file sits in quarantine when the agent uses quarantine names, else right after N
+ * deletions; in any case no later than 0.5 s after the N-th deletion. True once it has. */
+static int maybe_kill(const struct killer* k) {
+  if (k->deletes < O.n || !(k->in_quarantine > 0 || k->quarantined == 0 || now() >= k->due)) return 0;
+  kill((pid_t)O.pid, SIGKILL);
+  say("killed pid=%ld deletes=%ld quarantined=%ld in_quarantine=%ld at=%s", O.pid, k->deletes, k->quarantined,
+      k->in_quarantine, k->at);
+  return 1;
+}
+
 static int mode_killer(const char* dir) {
   if (O.pid <= 0) die("killer needs -P PID");
   int in = inotify_init1(IN_CLOEXEC);
   if (in < 0) die("inotify_init1");
-  if (inotify_add_watch(in, dir, IN_DELETE | IN_MOVED_TO) < 0) die("inotify_add_watch");
+  if (inotify_add_watch(in, dir, IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) die("inotify_add_watch");
   ready();
-  long deletes = 0, quarantined = 0;
+  struct killer k = {0, 0, 0, 0, ""};
   double deadline = now() + O.seconds;
   char buf[65536] __attribute__((aligned(__alignof__(struct inotify_event))));
   while (now() < deadline) {
+    if (maybe_kill(&k)) return 0;
     struct pollfd pfd = {in, POLLIN, 0};
-    if (poll(&pfd, 1, 100) <= 0) continue;
+    if (poll(&pfd, 1, 10) <= 0) continue;
     ssize_t len = read(in, buf, sizeof buf);
     if (len <= 0) die("read inotify");
     for (char* p = buf; p < buf + len;) {
       struct inotify_event* e = (struct inotify_event*)p;
       p += sizeof *e + e->len;
-      int q = (e->mask & IN_MOVED_TO) && e->len && strncmp(e->name, QUARANTINE, strlen(QUARANTINE)) == 0;
-      deletes += (e->mask & IN_DELETE) != 0;
-      quarantined += q;
-      // Kill inside a quarantine window when the agent has them; else after N deletions.
-      if (deletes >= O.n && (q || quarantined == 0)) {
-        kill((pid_t)O.pid, SIGKILL);
-        say("killed pid=%ld deletes=%ld quarantined=%ld at=%s", O.pid, deletes, quarantined, e->len ? e->name : "");
-        return 0;
-      }
+      int q = is_quarantine(e);
+      if ((e->mask & IN_DELETE) && ++k.deletes == O.n) k.due = now() + 0.5;
+      k.quarantined += q && (e->mask & IN_MOVED_TO);
+      k.in_quarantine += q && (e->mask & IN_MOVED_TO) ? 1 : q && (e->mask & (IN_MOVED_FROM | IN_DELETE)) ? -1 : 0;
+      if (e->len) k.at = e->name;
+      if (maybe_kill(&k)) return 0;
     }
   }
-  say("not-killed deletes=%ld quarantined=%ld", deletes, quarantined);
+  say("not-killed deletes=%ld quarantined=%ld", k.deletes, k.quarantined);
   return 1;
+}
+
+/* Swaps directory -p DIR with a symlink to -v TARGET (RENAME_EXCHANGE) all the time. */
+static int mode_swap(void) {
+  if (!O.prefix || !O.vprefix) die("swap needs -p DIR -v TARGET");
+  char link[PATH_MAX];
+  snprintf(link, sizeof link, "%s.swap", O.prefix);
+  if (symlink(O.vprefix, link) != 0 && errno != EEXIST) die("symlink");
+  srand((unsigned)O.seed ^ (unsigned)getpid());
+  long swaps = 0;
+  ready();
+  double deadline = now() + O.seconds;
+  while (now() < deadline) {
+    if (renameat2(AT_FDCWD, O.prefix, AT_FDCWD, link, RENAME_EXCHANGE) != 0) die("renameat2");
+    ++swaps;
+    sleep_ms((rand() % 1001) / 1000.0);
+  }
+  struct stat st;
+  if (lstat(O.prefix, &st) == 0 && S_ISLNK(st.st_mode) &&
+      renameat2(AT_FDCWD, O.prefix, AT_FDCWD, link, RENAME_EXCHANGE) != 0) {
+    die("renameat2 back");
+  }
+  say("result mode=swap watched=0 removed=0 missing=0 transient=0 swaps=%ld", swaps);
+  return 0;
 }
 
 static int mode_unlink(const char* dir) {
@@ -581,12 +626,12 @@ static const struct {
   enum kind kind;
   void* field;
 } kOptions[] = {
-    {'t', kDouble, &O.seconds},  {'w', kDouble, &O.settle}, {'s', kInt, &O.seed},   {'m', kFlag, &O.map},
-    {'n', kInt, &O.n},           {'a', kInt, &O.min_ms},    {'b', kInt, &O.max_ms}, {'p', kString, &O.prefix},
-    {'v', kString, &O.vprefix},  {'V', kInt, &O.vcount},    {'x', kString, &O.tag}, {'z', kLong, &O.bytes},
-    {'S', kString, &O.socket},   {'u', kLong, &O.uid},      {'g', kLong, &O.gid},   {'B', kString, &O.bind_dir},
-    {'o', kFlag, &O.open_first}, {'l', kInt, &O.linger_ms}, {'k', kInt, &O.keep_s}, {'P', kLong, &O.pid},
-    {'r', kFlag, &O.refill},
+    {'t', kDouble, &O.seconds},  {'w', kDouble, &O.settle},  {'s', kInt, &O.seed},   {'m', kFlag, &O.map},
+    {'n', kInt, &O.n},           {'a', kInt, &O.min_ms},     {'b', kInt, &O.max_ms}, {'p', kString, &O.prefix},
+    {'v', kString, &O.vprefix},  {'V', kInt, &O.vcount},     {'x', kString, &O.tag}, {'z', kLong, &O.bytes},
+    {'S', kString, &O.socket},   {'u', kLong, &O.uid},       {'g', kLong, &O.gid},   {'B', kString, &O.bind_dir},
+    {'o', kFlag, &O.open_first}, {'l', kInt, &O.linger_ms},  {'k', kInt, &O.keep_s}, {'P', kLong, &O.pid},
+    {'r', kFlag, &O.refill},     {'R', kFlag, &O.read_only},
 };
 
 /* getopt over kOptions; false on an unknown option. */
@@ -650,6 +695,7 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "forge") && nargs == 1) return mode_forge(args[0]);
   if (!strcmp(mode, "killer") && nargs == 1) return mode_killer(args[0]);
   if (!strcmp(mode, "unlink") && nargs == 1) return mode_unlink(args[0]);
+  if (!strcmp(mode, "swap")) return mode_swap();
   NW = nargs;
   W = calloc((size_t)(NW ? NW : 1), sizeof *W);
   for (int i = 0; i < NW; ++i) {

@@ -14,6 +14,7 @@ Properties (issue 10):
 - creator records forged by an unprivileged user never make a file `leaked`,
   never get it removed, and are counted as rejected.
 """
+import json
 import os
 import random
 import shutil
@@ -85,10 +86,22 @@ def start_holders(tmp, shm, rng, seed):
     holders.append(Holder(tmp, "zombie", "zombie", *t, *files("hz")))
     for chain in range(2):
         lo = rng.randint(1, 3)
-        holders.append(Holder(tmp, f"relay{chain}", "relay", "-a", lo, "-b", rng.randint(lo, 5), *t,
-                              *files(f"hr{chain}_")))
-    holders.append(Holder(tmp, "map-closed", "map-closed", *t, *files("hm")))
+        holders.append(Holder(tmp, f"relay{chain}", "relay", *(["-R"] if chain else []), "-a", lo, "-b",
+                              rng.randint(lo, 5), *t, *files(f"hr{chain}_")))
+    holders.append(Holder(tmp, "map-closed-ro", "map-closed", "-R", *t, *files("hm")))
     holders.append(Holder(tmp, "scm", "scm", *t, *files("hs")))
+    # A subdirectory whose path is swapped with a symlink to a directory outside the tmpfs holding
+    # files of the same names (decoys): nothing may be removed through the symlink.
+    sub, outside = shm / "sub", tmp / "outside"
+    sub.mkdir()
+    outside.mkdir()
+    _, sub_leaks = make_leaks(sub, 100, "s")
+    _, sub_held = make_leaks(sub, rng.randint(5, 15), "hd")
+    held.extend(sub_held)
+    holders.append(Holder(tmp, "private-fd-sub", "private-fd", *t, *sub_held))
+    for p in sub_leaks + sub_held:
+        (outside / p.name).write_bytes(b"o" * 4096)
+    holders.append(Holder(tmp, "dir-swap", "swap", *t, "-p", sub, "-v", outside))
     vdead, _ = make_leaks(shm, VICTIMS, "w")
     rdead, _ = make_leaks(shm, 1, "rdummy")  # a dead pid for the rename storm's own names
     holders.append(Holder(tmp, "rename-storm", "rename-storm", *t, "-n", rng.randint(4, 10), "-p",
@@ -105,7 +118,7 @@ def start_holders(tmp, shm, rng, seed):
         holders = [h for h in holders if h.name in only.split(",")]
     for h in holders:
         h.wait_ready()
-    return holders, held
+    return holders, held, outside
 
 
 @pytest.mark.parametrize("seed,variant", [(1, "auto"), (2, "loop"), (3, "auto"), (4, "loop")])
@@ -115,11 +128,11 @@ def test_no_held_file_is_ever_removed_and_every_true_leak_goes(tmp_path, shm, se
     holders = []
     agent = loop = None
     try:
-        keep_ino = inodes(keep)
         # The holders hold before the agent's first scan: a held file is never
         # a leak at any moment the agent could see.
-        holders, held = start_holders(tmp_path, shm, rng, seed)
-        total = len(os.listdir(shm))
+        holders, held, outside = start_holders(tmp_path, shm, rng, seed)
+        keep_ino = inodes(keep + list(outside.iterdir()))
+        total = sum(len(files) for _, _, files in os.walk(shm))
         agent = start_agent(tmp_path / "agent", agent_config(tmp_path / "agent", [shm],
                                                              reclaim="auto" if variant == "auto" else "report"))
         if variant == "loop":
@@ -145,14 +158,15 @@ def test_no_held_file_is_ever_removed_and_every_true_leak_goes(tmp_path, shm, se
                                 f"(transient renames {r['transient']}):\n{r['log']}")
         lost = [str(p) for p, ino in keep_ino.items() if inodes([p]).get(p) != ino]
         if lost:
-            problems.append(f"{len(lost)} unheld files without evidence or with a live creator removed: {lost[:5]}")
+            problems.append(f"{len(lost)} files removed that are unheld without evidence, of a live creator, or "
+                            f"outside the tmpfs (reached through a swapped symlink): {lost[:5]}")
         left = true_leaks_left(shm)
         if left:
             problems.append(f"{len(left)} true leaks never reclaimed (of {total} files), e.g. {left[:5]}")
         if quarantined(shm):
             problems.append(f"quarantine names left: {quarantined(shm)[:5]}")
-        stats = {n: {k: r.get(k) for k in ("removed", "missing", "transient", "opens", "enoent", "refills", "hops", "renames")
-                     if r.get(k) is not None} for n, r in results.items()}
+        keys = ("removed", "missing", "transient", "opens", "enoent", "refills", "hops", "renames", "swaps")
+        stats = {n: {k: r[k] for k in keys if r.get(k) is not None} for n, r in results.items()}
         assert not problems, f"seed {seed}, {variant}: " + "\n".join(problems) + f"\nholder stats: {stats}"
     finally:
         for h in holders:
@@ -264,3 +278,47 @@ def test_forged_creator_records_from_an_unprivileged_host_user(tmp_path, shm):
             p.kill()
         agent.stop()
         shutil.rmtree(evdir, ignore_errors=True)
+
+
+def test_odd_names_neither_break_the_views_nor_escape_reclaim(tmp_path, shm):
+    """Names any container user can create: bytes that are not UTF-8, a
+    newline, 255 bytes (no room for a quarantine prefix). `leaks` and
+    `reclaim` keep working for the whole node, every true leak among them is
+    reclaimed, and the held ones are kept."""
+    dead, plain = make_leaks(shm, 1, "plain")
+    prefix = f"torch_{dead}_"
+    odd_leaks = [shm / os.fsdecode(prefix.encode() + b"\xff\xfe"), shm / f"{prefix}new\nline",
+                 shm / (prefix + "a" * (255 - len(prefix)))]
+    odd_held = [shm / os.fsdecode(prefix.encode() + b"held\xff"), shm / (prefix + "b" * (255 - len(prefix)))]
+    for p in odd_leaks + odd_held:
+        p.write_bytes(b"x" * 4096)
+    holder = Holder(tmp_path, "odd", "hold", "-t", 60, "-w", 5, *odd_held)
+    holder.wait_ready()
+    held_ino = inodes(odd_held)
+    base = tmp_path / "agent"
+    agent = start_agent(base, agent_config(base, [shm]))
+    problems = []
+    try:
+        time.sleep(3)  # past grace
+        p = agent.cli("leaks", "-o", "json", check=False)
+        listed = json.loads(p.stdout).get("leaks", []) if p.returncode == 0 and p.stdout.strip() else None
+        if not listed or str(plain[0]) not in {l.get("path") for l in listed}:
+            problems.append(f"`leaks -o json` broke (rc {p.returncode}, {len(p.stdout)} bytes out): {p.stderr[-300:]}")
+        for _ in range(3):
+            r = agent.cli("reclaim", "--yes", check=False)
+            if r.returncode != 0:
+                problems.append(f"`reclaim --yes` failed for the whole node (rc {r.returncode}): {r.stderr[-300:]}")
+                break
+            time.sleep(1.2)
+        left = [repr(p.name) for p in plain + odd_leaks if os.path.lexists(p)]
+        if left:
+            problems.append(f"true leaks never reclaimed: {left}")
+        lost = [repr(p.name) for p, ino in held_ino.items() if inodes([p]).get(p) != ino]
+        if lost:
+            problems.append(f"held files removed: {lost}")
+        if quarantined(shm):
+            problems.append(f"quarantine names left: {quarantined(shm)}")
+        assert not problems, "\n".join(problems)
+    finally:
+        holder.kill()
+        agent.stop()

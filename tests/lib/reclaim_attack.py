@@ -190,18 +190,26 @@ def inodes(paths):
     return out
 
 
+def walk_names(shm: Path):
+    """(directory, name) of every entry below `shm`, symlinks not followed."""
+    for d, dirs, files in os.walk(shm):
+        for n in dirs + files:
+            yield Path(d), n
+
+
 def quarantined(shm: Path):
-    return sorted(n for n in os.listdir(shm) if n.startswith(QUARANTINE))
+    return sorted(str(d / n) for d, n in walk_names(shm) if n.startswith(QUARANTINE))
 
 
 def true_leaks_left(shm: Path):
-    """torch_<pid>_* files whose creator pid is dead now (a pid reused since
-    the file was made is alive: that file is no longer a true leak)."""
+    """torch_<pid>_* files below `shm` whose creator pid is dead now (a pid
+    reused since the file was made is alive: that file is no longer a true
+    leak)."""
     left = []
-    for n in os.listdir(shm):
+    for d, n in walk_names(shm):
         m = TORCH.match(n)
         if m and not pid_alive(int(m.group(1))):
-            left.append(n)
+            left.append(str(d / n))
     return sorted(left)
 
 
