@@ -297,10 +297,7 @@ static int mode_map_closed(void) {
 struct scm_buf {
   char byte;
   struct iovec iov;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } control;
+  _Alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   struct msghdr msg;
 };
 
@@ -309,7 +306,7 @@ static void scm_init(struct scm_buf* b) {
   b->byte = 'f';
   b->iov = (struct iovec){&b->byte, 1};
   b->msg = (struct msghdr){
-      .msg_iov = &b->iov, .msg_iovlen = 1, .msg_control = b->control.buf, .msg_controllen = sizeof b->control.buf};
+      .msg_iov = &b->iov, .msg_iovlen = 1, .msg_control = b->control, .msg_controllen = sizeof b->control};
 }
 
 static int mode_scm(void) {
