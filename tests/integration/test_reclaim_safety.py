@@ -24,8 +24,9 @@ import time
 import pytest
 
 from harness import require, wait_for
-from reclaim_attack import (HOLDERS, Holder, ReclaimLoop, Tmpfs, agent_config, inodes, leaks_by_path, make_leaks,
-                            metric_sum, quarantined, scrape, start_agent, true_leaks_left, world_reachable_dir)
+from reclaim_attack import (HOLDERS, QUARANTINE, Holder, ReclaimLoop, Tmpfs, agent_config, inodes, leaks_by_path,
+                            make_leaks, metric_sum, quarantined, scrape, start_agent, true_leaks_left,
+                            world_reachable_dir)
 
 HOLD_SECONDS = 8    # how long holders hold and storms rage while reclaim runs
 SETTLE = 30         # seconds allowed for the true leaks to go once the holders are gone
@@ -321,4 +322,48 @@ def test_odd_names_neither_break_the_views_nor_escape_reclaim(tmp_path, shm):
         assert not problems, "\n".join(problems)
     finally:
         holder.kill()
+        agent.stop()
+
+
+def test_quarantine_names_planted_by_users_never_cost_a_file(tmp_path, shm):
+    """Any user can create `.shmkeeper-reclaim.<name>` next to `<name>`. The
+    agent's quarantine rename must never replace such a file, and its crash
+    recovery must never rename one over an existing file (a held one or a
+    closed scratch file), across a reclaim, a SIGKILL and a restart."""
+    dead, (leak,) = make_leaks(shm, 1, "q")
+    victim, scratch = shm / "victim", shm / "scratch"
+    planted_victim, planted_scratch = shm / (QUARANTINE + "victim"), shm / (QUARANTINE + "scratch")
+    planted_held = shm / (QUARANTINE + leak.name)  # where the agent would put `leak` while it checks it
+    for p in (victim, scratch, planted_victim, planted_scratch, planted_held):
+        p.write_bytes(b"p" * 4096)
+        os.chown(p, FORGER, FORGER)
+    at_name = Holder(tmp_path, "victim", "hold", "-t", 9, "-w", 5, victim)
+    planted = Holder(tmp_path, "planted", "hold", "-t", 9, "-w", 0, planted_held)
+    for h in (at_name, planted):
+        h.wait_ready()
+    keep = inodes([scratch])
+    base = tmp_path / "agent"
+    agent = start_agent(base, agent_config(base, [shm]))
+    try:
+        time.sleep(2.5)  # past grace
+        for _ in range(2):
+            agent.cli("reclaim", "--yes", check=False)
+        agent.proc.kill()
+        agent.proc.wait()
+        agent.proc = None
+        agent.start()
+        time.sleep(2.5)
+        agent.cli("reclaim", "--yes", check=False)
+        r_victim, r_planted = at_name.result(timeout=60), planted.result(timeout=60)
+        problems = []
+        if int(r_victim.get("removed", 1)) or int(r_victim.get("missing", 1)):
+            problems.append(f"the held file next to a planted quarantine name was lost or renamed: {r_victim['log']}")
+        if int(r_planted.get("removed", 1)):
+            problems.append(f"a held file with a quarantine-looking name was removed: {r_planted['log']}")
+        if inodes([scratch]) != keep:
+            problems.append("a closed scratch file was replaced by a planted quarantine file")
+        assert not problems, "\n".join(problems)
+    finally:
+        for h in (at_name, planted):
+            h.kill()
         agent.stop()
