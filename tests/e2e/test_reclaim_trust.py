@@ -25,7 +25,8 @@ from reclaim_attack import (HOLDERS, agent_config, metric_sum, metric_values, sc
 MiB = 1 << 20
 IMG = "shmk-busybox:test"
 NOBODY = "65534:65534"
-NAMES = ("trust-owner", "trust-neighbour", "verdict-app", "verdict-owner", "verdict-neighbour")
+NAMES = ("trust-owner", "trust-neighbour", "held-owner", "held-neighbour", "verdict-app", "verdict-owner",
+         "verdict-neighbour")
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,26 @@ def test_forged_records_from_container_users(docker_engine, env):
     if rejected < 3:
         problems.append(f"shmkeeper_event_datagrams_rejected_total grew by {rejected}, expected >= 3")
     assert not problems, "\n".join(problems)
+
+
+def test_files_held_from_the_neighbour_container_are_never_reclaimed(docker_engine, env):
+    """torch_<deadpid>_* files in the owner's /dev/shm, held only by processes
+    of the neighbour sharing it: a zombie leader's worker and a thread with a
+    private fd table."""
+    agent, e = env, docker_engine
+    start(e, agent.evdir, "held-owner", "--ipc", "shareable")
+    start(e, agent.evdir, "held-neighbour", "--ipc", "container:held-owner")
+    names = [f"torch_99999_{k}" for k in ("zombie", "private")]
+    sh(e, "held-owner", "; ".join(f"dd if=/dev/zero of=/dev/shm/{n} bs=4k count=4 2>/dev/null" for n in names))
+    before = {n: inode(e, "held-owner", f"/dev/shm/{n}") for n in names}
+    e.docker("exec", "-d", "held-neighbour", "/t/holders", "zombie", "-t", "600", f"/dev/shm/{names[0]}")
+    e.docker("exec", "-d", "held-neighbour", "/t/holders", "private-fd", "-t", "600", f"/dev/shm/{names[1]}")
+    time.sleep(4)  # several scans past grace
+    listed = [(l["pod"]["name"], l["path"], l["state"]) for l in leaks(agent) if l["path"].endswith(tuple(names))]
+    for pod in ("held-owner", "held-neighbour"):
+        agent.cli("reclaim", "--yes", "--pod", pod, check=False)
+    after = {n: inode(e, "held-owner", f"/dev/shm/{n}") for n in names}
+    assert after == before and not listed, f"held files listed: {listed}; inodes before {before}, after {after}"
 
 
 def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):

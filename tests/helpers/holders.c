@@ -37,7 +37,8 @@
  *                                          (-B: bind DIR on /dev/shm in a private mount namespace, as root)
  *                                          drop to UID/GID, (-o: open /dev/shm/NAME and keep it while
  *                                          sending), send {"type":"create","path":"/dev/shm/NAME"} to
- *                                          SOCKET, linger MS (default 300), close, stay alive -k seconds
+ *                                          SOCKET (-n COUNT times), linger MS (default 300), close, stay
+ *                                          alive -k seconds
  *   killer -P PID -n N [-t SECONDS] DIR    SIGKILL PID after N deletions in DIR, at the next quarantine
  *                                          rename into .shmkeeper-reclaim.* when the agent uses them
  *   unlink DIR                             unlink every regular file in DIR; prints "unlinked=<n> seconds=<s>"
@@ -514,9 +515,12 @@ static int mode_forge(const char* name) {
   snprintf(addr.sun_path, sizeof addr.sun_path, "%s", O.socket);
   int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) die("socket");
-  if (sendto(s, payload, (size_t)n, 0, (struct sockaddr*)&addr, sizeof addr) != n) die("sendto");
-  say("sent path=%s uid=%d opened=%d open_error=%s pid=%d", path, (int)getuid(), fd >= 0, strerror(open_errno),
-      getpid());
+  int count = O.n > 0 ? O.n : 1;
+  for (int i = 0; i < count; ++i) {
+    if (sendto(s, payload, (size_t)n, 0, (struct sockaddr*)&addr, sizeof addr) != n) die("sendto");
+  }
+  say("sent path=%s count=%d uid=%d opened=%d open_error=%s pid=%d", path, count, (int)getuid(), fd >= 0,
+      strerror(open_errno), getpid());
   sleep_ms(O.linger_ms);
   if (fd >= 0) close(fd);
   if (O.keep_s > 0) {

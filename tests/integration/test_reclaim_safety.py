@@ -222,6 +222,7 @@ def test_agent_killed_mid_reclaim_restarts_without_quarantine_or_loss(tmp_path, 
 
 
 FORGER = 65534  # nobody
+FLOOD = 5000
 
 
 def test_forged_creator_records_from_an_unprivileged_host_user(tmp_path, shm):
@@ -230,7 +231,7 @@ def test_forged_creator_records_from_an_unprivileged_host_user(tmp_path, shm):
     it cannot open, for a 0644 file it opens but does not own; and from root, a
     second record for a file whose live creator already sent one. None may
     turn into `leaked`, none may be removed, and the rejected ones are
-    counted."""
+    counted; a flood of them is counted whole and logged at a bounded rate."""
     base = tmp_path / "agent"
     evdir = world_reachable_dir()
     sock = evdir / "events.sock"
@@ -252,6 +253,10 @@ def test_forged_creator_records_from_an_unprivileged_host_user(tmp_path, shm):
                              *extra, name))
     # Root, holding the file as it sends: passes the ownership check, but the live creator's record stands.
     forged.append(Holder(tmp_path, "forge-root", "forge", "-S", sock, "-B", shm, "-o", "creator_alive"))
+    # A flood: every datagram counted, the log bounded, the agent still serving.
+    log_lines = len(agent.log.read_text().splitlines())
+    forged.append(Holder(tmp_path, "flood", "forge", "-S", sock, "-B", shm, "-u", FORGER, "-g", FORGER, "-n", FLOOD,
+                         "secret"))
     try:
         outs = [f.result(timeout=20) for f in forged]
         assert all("sent path=" in o["log"] for o in outs), [o["log"] for o in outs]
@@ -271,8 +276,13 @@ def test_forged_creator_records_from_an_unprivileged_host_user(tmp_path, shm):
             problems.append(f"forged records made these leaked: {sorted(seen_leaked)}")
         if gone:
             problems.append(f"forged records got these removed: {gone}")
-        if rejected < 3:
-            problems.append(f"shmkeeper_event_datagrams_rejected_total grew by {rejected}, expected >= 3")
+        if rejected < 3 + FLOOD:
+            problems.append(f"shmkeeper_event_datagrams_rejected_total grew by {rejected}, expected >= {3 + FLOOD}")
+        logged = len(agent.log.read_text().splitlines()) - log_lines
+        if logged > 200:
+            problems.append(f"{FLOOD} forged datagrams wrote {logged} log lines: not a bounded rate")
+        if agent.cli("status", check=False).returncode != 0:
+            problems.append("the agent stopped answering after the flood")
         assert not problems, "\n".join(problems)
     finally:
         for p in procs + forged:
