@@ -46,7 +46,7 @@ grpc::Status ToGrpc(const Status& s) {
 void ToProto(const PodRecord& in, v1::Pod* out) {
   out->set_kind(static_cast<v1::PodKind>(in.key.kind));
   out->set_namespace_(in.key.ns);
-  out->set_name(in.key.name);
+  out->set_name(EscapeInvalidUtf8(in.key.name));
   out->set_uid(in.key.uid);
   for (const ContainerRecord& c : in.containers) {
     v1::Container* pc = out->add_containers();
@@ -71,28 +71,30 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
   shm->set_sized_by(in.sized_by);
   for (const SegmentRecord& s : in.top_segments) {
     v1::Segment* ps = out->add_top_segments();
-    ps->set_path(s.path);
+    ps->set_path(EscapeInvalidUtf8(s.path));
     ps->set_bytes(s.bytes);
     ps->set_unlinked(s.unlinked);
     ps->set_state(static_cast<v1::LeakState>(s.state));
     for (const HolderInfo& h : s.holders) {
       v1::Holder* ph = ps->add_holders();
       ph->set_pid(h.pid);
-      ph->set_command(h.command);
+      ph->set_command(EscapeInvalidUtf8(h.command));
       ph->set_mapped(h.mapped);
     }
   }
   out->set_leaked_bytes(in.leaked_bytes);
   out->set_unheld_bytes(in.unheld_bytes);
   out->set_shm_counted_elsewhere(in.shm_counted_elsewhere);
-  for (const auto& [k, v] : in.labels) (*out->mutable_labels())[k] = v;
-  for (const auto& [k, v] : in.annotations) (*out->mutable_annotations())[k] = v;
+  for (const auto& [k, v] : in.labels) (*out->mutable_labels())[EscapeInvalidUtf8(k)] = EscapeInvalidUtf8(v);
+  for (const auto& [k, v] : in.annotations) {
+    (*out->mutable_annotations())[EscapeInvalidUtf8(k)] = EscapeInvalidUtf8(v);
+  }
   if (in.started_sec) *out->mutable_started() = TimeUtil::SecondsToTimestamp(in.started_sec);
 }
 
 void ToProto(const LeakRecord& in, v1::Leak* out) {
   ToProto(in.pod, out->mutable_pod());
-  out->set_path(in.path);
+  out->set_path(EscapeInvalidUtf8(in.path));
   out->set_sysv_id(in.sysv_id);
   out->set_bytes(in.bytes);
   Duration(static_cast<double>(in.age_sec), out->mutable_age());
@@ -102,10 +104,10 @@ void ToProto(const LeakRecord& in, v1::Leak* out) {
   ev->set_creator_pid(in.creator_pid);
   ev->set_creator_source(in.creator_source);
   ev->set_creator_dead(in.creator_dead);
-  ev->set_creator_command(in.creator_command);
+  ev->set_creator_command(EscapeInvalidUtf8(in.creator_command));
   ev->set_name_pattern(in.name_pattern);
   ev->set_last_holder_pid(in.last_holder_pid);
-  ev->set_last_holder_command(in.last_holder_command);
+  ev->set_last_holder_command(EscapeInvalidUtf8(in.last_holder_command));
   out->set_reclaimable(in.reclaimable);
 }
 
@@ -113,10 +115,10 @@ void ToProto(const AgentEvent& in, v1::Event* out) {
   Timestamp(in.time, out->mutable_time());
   out->set_type(static_cast<v1::EventType>(in.kind));
   ToProto(in.pod, out->mutable_pod());
-  out->set_message(in.message);
+  out->set_message(EscapeInvalidUtf8(in.message));
   out->set_bytes(in.bytes);
   out->set_threshold_percent(in.threshold_percent);
-  out->set_path(in.path);
+  out->set_path(EscapeInvalidUtf8(in.path));
 }
 
 void ToProto(const NodeSnapshot& in, const Config& config, v1::Node* out) {

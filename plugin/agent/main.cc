@@ -1,5 +1,6 @@
 // shmkeeperd: the node agent. Scans the node's shared memory periodically and
 // serves it over gRPC (unix socket, optional TLS TCP) and Prometheus HTTP.
+#include <malloc.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -95,7 +96,10 @@ int Run(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread inherits the mask; main waits below
   ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGIO, SIG_IGN);  // reclaim's file leases would deliver it on every break (reclaim.h)
+  ::signal(SIGIO, SIG_IGN);
+  // The scan's worker threads would each keep a malloc arena of the size of
+  // the largest scan; two arenas keep the agent's RSS near what it uses.
+  ::mallopt(M_ARENA_MAX, 2);  // reclaim's file leases would deliver it on every break (reclaim.h)
 
   Agent agent(*config, ScanOptionsFrom(*config));
   agent.SetLog([](LogLevel level, const std::string& msg) { Log(LogLevelName(level), msg); });

@@ -73,7 +73,7 @@ grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext*, const v1::Recl
   for (const SkippedLeak& k : out->skipped) {
     v1::SkippedLeak* s = resp->add_skipped();
     ToProto(k.leak, s->mutable_leak());
-    s->set_reason(k.reason + ": " + k.message);
+    s->set_reason(EscapeInvalidUtf8(k.reason + ": " + k.message));
   }
   resp->set_freed_bytes(out->freed_bytes);
   return grpc::Status::OK;

@@ -1,5 +1,7 @@
 #include "shmkeeper/agent.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -345,6 +347,7 @@ void Agent::ScanLocked() {
   if (watcher_) watcher_->SetPaths(WatchPaths(*next));
   Publish(next);
   AutoReclaim(*next);
+  ::malloc_trim(0);  // give the previous snapshot's and the scan's memory back
 }
 
 void Agent::Publish(std::shared_ptr<const NodeSnapshot> next) {
@@ -475,7 +478,10 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
   ScanLocked();
   std::vector<LeakRecord> candidates;
   for (const LeakRecord& l : ListLeaks(ns, pod)) {
-    if (paths.empty() || std::find(paths.begin(), paths.end(), l.path) != paths.end()) candidates.push_back(l);
+    // Paths as ListLeaks shows them (names that are not UTF-8 escaped).
+    bool listed = std::find(paths.begin(), paths.end(), l.path) != paths.end() ||
+                  std::find(paths.begin(), paths.end(), EscapeInvalidUtf8(l.path)) != paths.end();
+    if (paths.empty() || listed) candidates.push_back(l);
   }
   ReclaimOutcome out = ReclaimLeaks(candidates, dry_run);
   if (!dry_run) RecordReclaim(out);

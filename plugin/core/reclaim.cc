@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,9 +116,11 @@ std::optional<Skip> Lease(Claim* c, const std::string& proc) {
 
 // Step 2: hide the name, so that no open by name can start any more.
 std::optional<Skip> Quarantine(Claim* c) {
-  Result<std::string> q = QuarantineName(c->base);
-  if (!q.ok()) return Skip{"error", q.status().message()};
-  c->quarantine = *q;
+  c->quarantine = QuarantineName(c->base, c->leak.key.ino);
+  if (NeedsNameXattr(c->quarantine) &&
+      ::fsetxattr(c->file.get(), kQuarantineXattr, c->base.data(), c->base.size(), 0) != 0) {
+    return Skip{"error", Status::FromErrno(errno, "keep the long name of " + c->leak.path).message()};
+  }
   Status s = RenameNoReplace(c->dir.get(), c->base, c->quarantine);
   if (!s.ok()) return Skip{"error", s.message()};
   c->renamed = true;
@@ -143,7 +146,10 @@ std::optional<Skip> FinalCheck(const Claim& c, const std::map<FileKey, std::vect
 // next scan to restore when the name is taken meanwhile).
 void Restore(Claim* c) {
   if (!c->renamed) return;
-  if (SameInode(c->dir.get(), c->quarantine, c->leak.key)) (void)RenameNoReplace(c->dir.get(), c->quarantine, c->base);
+  if (SameInode(c->dir.get(), c->quarantine, c->leak.key) &&
+      RenameBack(c->dir.get(), c->quarantine, c->base, c->leak.key.ino).ok() && NeedsNameXattr(c->quarantine)) {
+    (void)::fremovexattr(c->file.get(), kQuarantineXattr);
+  }
   c->renamed = false;
 }
 

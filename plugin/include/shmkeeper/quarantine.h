@@ -5,6 +5,7 @@
 // how a crash in the middle of a reclaim never leaves a file hidden.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,9 +16,13 @@ namespace shmkeeper {
 
 inline constexpr std::string_view kQuarantinePrefix = ".shmkeeper-reclaim.";
 
-// The quarantine name of `base` (a single path component); kInvalidArgument
-// when it would exceed NAME_MAX.
-Result<std::string> QuarantineName(const std::string& base);
+// The quarantine name of `base` (a single path component) whose inode is
+// `ino`: kQuarantinePrefix + base, or, when that would exceed NAME_MAX,
+// kQuarantinePrefix + "#" + ino with the name kept in the file's
+// kQuarantineXattr (set by the caller before the rename).
+std::string QuarantineName(const std::string& base, uint64_t ino);
+bool NeedsNameXattr(const std::string& quarantine_name);
+inline constexpr const char* kQuarantineXattr = "trusted.shmkeeper.name";
 
 bool IsQuarantineName(std::string_view base);
 
@@ -26,6 +31,12 @@ bool IsQuarantineName(std::string_view base);
 // never replacing an existing file and never following a symlink. Returns
 // how many were restored; the others keep their quarantine name.
 int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths);
+
+// Renames `quarantine_name` in `dir_fd` back to `original`, or, when a new
+// file took that name meanwhile, to `original` + "~" + `ino` (shortened to
+// fit NAME_MAX), so that no file stays hidden under a quarantine name.
+// Never replaces a file.
+Status RenameBack(int dir_fd, const std::string& quarantine_name, const std::string& original, uint64_t ino);
 
 // renameat2(RENAME_NOREPLACE) between two names of one directory.
 Status RenameNoReplace(int dir_fd, const std::string& from, const std::string& to);

@@ -102,4 +102,9 @@ class [[nodiscard]] Result {
 // quoting untrusted input inside a one-line error message.
 std::string EscapeControl(std::string_view text);
 
+// `text` unchanged when it is valid UTF-8; else each byte that is not part of
+// a valid UTF-8 sequence becomes \xNN. For names from the kernel (file names,
+// command lines) on their way into protobuf strings, which must be UTF-8.
+std::string EscapeInvalidUtf8(std::string_view text);
+
 }  // namespace shmkeeper
