@@ -207,9 +207,11 @@ Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, int
   return Status::Ok();
 }
 
-// Every scalar under `n`, lower-cased, joined (bounded).
+// Every scalar under `n`, lower-cased, joined (bounded). URLs are left out:
+// "http://vllm:8000" names a service the container talks to, not one it runs.
 void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
   if (depth > 16 || out->size() > 65536) return;
+  if (n.IsScalar() && n.Scalar().find("://") != std::string::npos) return;
   if (n.IsScalar()) {
     *out += Lower(n.Scalar());
     *out += ' ';

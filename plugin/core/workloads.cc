@@ -64,14 +64,14 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        "browsers crash mid-test: \"Target crashed\", \"Page crashed\"",
        "https://playwright.dev/docs/docker",
        {"image:playwright", "image:playwright/python", "image:playwright/java", "image:playwright/dotnet",
-        "cmd:playwright", "env:playwright_*"},
+        "cmd:playwright", "env:playwright_browsers_path"},
        {}},
       // "run the container with docker run --shm-size=1gb to increase the size of /dev/shm"
       {"Puppeteer",
        1 * kGiB,
        "Chrome dies: \"Page crashed!\", \"Protocol error: Target closed\"",
        "https://pptr.dev/troubleshooting#running-puppeteer-in-docker",
-       {"image:puppeteer", "image:alekzonder/puppeteer", "image:buildkite/puppeteer", "env:puppeteer_*"},
+       {"image:puppeteer", "image:alekzonder/puppeteer", "image:buildkite/puppeteer", "env:puppeteer_executable_path"},
        {"cmd:--disable-dev-shm-usage"}},
       // ---- databases -------------------------------------------------------
       // docker-library's example sets shm_size (128mb) "when using
