@@ -119,17 +119,25 @@ void Fixes(DoctorReport* r) {
   }
 }
 
-// The workloads of the table (workloads.h) the processes in view show, each
-// once, with the size it wants and the error it gives at 64 MiB.
-void Workloads(const DoctorOptions& o, DoctorReport* r) {
-  std::set<std::string> seen;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(o.proc.c_str()), ::closedir);
+// Every process in view with its command line.
+std::vector<std::pair<pid_t, std::string>> Commands(const std::string& proc) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc.c_str()), ::closedir);
   while (dir) {
     struct dirent* e = ::readdir(dir.get());
     if (!e) break;
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     pid_t pid = std::atoi(e->d_name);
-    std::string cmd = ProcCommand(pid, o.proc);
+    out.emplace_back(pid, ProcCommand(pid, proc));
+  }
+  return out;
+}
+
+// The workloads of the table (workloads.h) the processes in view show, each
+// once, with the size it wants and the error it gives at 64 MiB.
+void Workloads(const std::vector<std::pair<pid_t, std::string>>& commands, DoctorReport* r) {
+  std::set<std::string> seen;
+  for (const auto& [pid, cmd] : commands) {
     if (cmd.empty()) continue;
     WorkloadSignals sig;
     AddCommandWords(cmd, true, &sig);
@@ -146,14 +154,10 @@ void Workloads(const DoctorOptions& o, DoctorReport* r) {
   }
 }
 
-void Frameworks(const DoctorOptions& o, const DoctorReport& r, std::vector<std::string>* w) {
+void Frameworks(const std::vector<std::pair<pid_t, std::string>>& commands, const DoctorReport& r,
+                std::vector<std::string>* w) {
   bool torch = false, ray = false;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(o.proc.c_str()), ::closedir);
-  while (dir) {
-    struct dirent* e = ::readdir(dir.get());
-    if (!e) break;
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::string cmd = ProcCommand(std::atoi(e->d_name), o.proc);
+  for (const auto& [pid, cmd] : commands) {
     torch |= cmd.find("torch") != std::string::npos || cmd.find("num_workers") != std::string::npos;
     ray |= cmd.find("raylet") != std::string::npos || cmd.find("ray::") != std::string::npos;
   }
@@ -205,7 +209,8 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
       if (r.largest.size() < 10) r.largest.push_back(df);
     }
   }
-  Workloads(o, &r);
+  std::vector<std::pair<pid_t, std::string>> commands = Commands(o.proc);
+  Workloads(commands, &r);
   if (!r.present) {
     r.findings.push_back(o.shm_path + " does not exist: programs that use POSIX shared memory will fail");
   } else if (r.host_ipc) {
@@ -236,7 +241,7 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
                          FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
   }
   Fixes(&r);
-  Frameworks(o, r, &r.warnings);
+  Frameworks(commands, r, &r.warnings);
   return r;
 }
 
