@@ -684,6 +684,8 @@ YAML::Node KeyNode(const YAML::Node& map, const std::string& name) {
 std::vector<int> ItemLines(const YAML::Node& key, const YAML::Node& seq, int line, int col,
                            const std::vector<std::string>& lines) {
   if (!key || !seq || !seq.IsSequence() || seq.Style() == YAML::EmitterStyle::Flow) return {};
+  // Written here, under the key: not an alias of a list other services share.
+  if (seq.Mark().line <= key.Mark().line) return {};
   for (const auto& item : seq) {
     if (item.Mark().line != line || item.Mark().column != col) continue;
     const std::string& l = lines[static_cast<size_t>(line)];

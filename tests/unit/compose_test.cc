@@ -174,6 +174,24 @@ TEST(Compose, HostShmBindIsReplacedByShmSize) {
   EXPECT_TRUE(fix->skipped.empty());
 }
 
+TEST(Compose, SharedVolumeListsWithAHostBindAreReportedNotRewritten) {
+  // Deleting from an anchored list would change every service that uses it.
+  std::string text =
+      "x-vols: &vols\n"
+      "  - /dev/shm:/dev/shm\n"
+      "services:\n"
+      "  a:\n"
+      "    image: postgres:16\n"
+      "    volumes: *vols\n"
+      "  b:\n"
+      "    image: postgres:16\n"
+      "    volumes: *vols\n";
+  Result<ComposeFix> fix = FixComposeText("c.yml", text, "");
+  ASSERT_TRUE(fix.ok());
+  EXPECT_EQ(fix->fixed, fix->original);
+  EXPECT_EQ(fix->skipped.size(), 2u);
+}
+
 TEST(Compose, FlowVolumesWithAHostBindAreReportedNotRewritten) {
   Result<ComposeFix> fix =
       FixComposeText("c.yml", "services:\n  a:\n    image: x\n    volumes: [\"/dev/shm:/dev/shm\"]\n", "");
