@@ -9,6 +9,7 @@
 
 #include "shmkeeper/fileutil.h"
 #include "shmkeeper/size.h"
+#include "shmkeeper/workloads.h"
 
 namespace shmkeeper {
 namespace {
@@ -206,9 +207,11 @@ Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, int
   return Status::Ok();
 }
 
-// Every scalar under `n`, lower-cased, joined (bounded).
+// Every scalar under `n`, lower-cased, joined (bounded). URLs are left out:
+// "http://vllm:8000" names a service the container talks to, not one it runs.
 void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
   if (depth > 16 || out->size() > 65536) return;
+  if (n.IsScalar() && n.Scalar().find("://") != std::string::npos) return;
   if (n.IsScalar()) {
     *out += Lower(n.Scalar());
     *out += ' ';
@@ -252,45 +255,114 @@ int NumWorkers(const std::string& blob) {
   return 0;
 }
 
-// Which frameworks a service shows, and the size that serves them.
-Need Evidence(const Service& s) {
-  struct Hint {
-    const char* word;
-    const char* what;
-    int64_t bytes;
-  };
-  static constexpr Hint kHints[] = {
-      {"vllm", "vLLM", 8 * kGiB},
-      {"sglang", "SGLang", 8 * kGiB},
-      {"nccl", "NCCL", 8 * kGiB},
-      {"triton", "Triton", 4 * kGiB},
-      {"ray", "Ray", 4 * kGiB},
-      {"torch", "PyTorch", 2 * kGiB},
-      {"tensorflow", "TensorFlow", 2 * kGiB},
-      {"dali", "DALI", 2 * kGiB},
-      {"jupyter", "Jupyter", 1 * kGiB},
-  };
-  std::string blob;
+// What a service shows of itself to the workload table (workloads.h): its
+// image, the words of its command and entrypoint, its environment's names,
+// and every scalar of those and of build, working_dir and labels.
+WorkloadSignals Signals(const Service& s) {
+  WorkloadSignals sig;
   for (const char* k : {"image", "command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
     auto it = s.keys.find(k);
-    if (it != s.keys.end()) Flatten(it->second.value, &blob);
+    if (it != s.keys.end()) Flatten(it->second.value, &sig.text);
   }
+  if (auto it = s.keys.find("image"); it != s.keys.end() && it->second.value.IsScalar()) {
+    sig.image = Lower(it->second.value.Scalar());
+  }
+  for (const char* k : {"entrypoint", "command"}) {
+    auto it = s.keys.find(k);
+    if (it == s.keys.end()) continue;
+    const YAML::Node& v = it->second.value;
+    if (v.IsScalar()) AddCommandWords(v.Scalar(), true, &sig);
+    if (!v.IsSequence()) continue;
+    bool first = true;
+    for (const auto& item : v) {
+      if (!item.IsScalar()) continue;
+      AddCommandWords(item.Scalar(), first, &sig);
+      first = false;
+    }
+  }
+  if (auto env = s.keys.find("environment"); env != s.keys.end()) {
+    for (const auto& item : env->second.value) {
+      if (env->second.value.IsMap() && item.first.IsScalar()) sig.env_keys.push_back(Lower(item.first.Scalar()));
+      if (env->second.value.IsSequence() && item.IsScalar()) {
+        sig.env_keys.push_back(Lower(item.Scalar().substr(0, item.Scalar().find('='))));
+      }
+    }
+  }
+  return sig;
+}
+
+// Which workloads of the table a service shows, and the size that serves them.
+Need Evidence(const Service& s) {
+  WorkloadSignals sig = Signals(s);
   Need need;
   auto add = [&](const std::string& why, int64_t bytes) {
     need.needs = true;
     need.bytes = std::max(need.bytes, bytes);
     need.reason += (need.reason.empty() ? "" : ", ") + why;
   };
-  for (const Hint& h : kHints) {
-    size_t at = blob.find(h.word);
-    // "ray" must be a word: not "array" or "xray".
-    bool word = at != std::string::npos &&
-                (std::string(h.word) != "ray" || at == 0 || !std::isalpha(static_cast<unsigned char>(blob[at - 1])));
-    if (word) add("uses " + std::string(h.what), h.bytes);
+  for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
+    add("uses " + std::string(w->name) + " (at 64MiB: " + w->symptom + ")", w->bytes);
   }
-  if (int n = NumWorkers(blob)) add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB));
+  if (int n = NumWorkers(sig.text))
+    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB));
   if (HasGpu(s)) add("reserves GPUs", 8 * kGiB);
   return need;
+}
+
+bool IsShmPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path == "/dev/shm";
+}
+
+// A volumes item that binds the host's /dev/shm over the container's:
+// "/dev/shm:/dev/shm[:mode]" or {type: bind, source: /dev/shm, target: /dev/shm}.
+bool IsHostShmBind(const YAML::Node& item) {
+  if (item.IsScalar()) {
+    const std::string& v = item.Scalar();
+    size_t c1 = v.find(':');
+    if (c1 == std::string::npos) return false;
+    size_t c2 = v.find(':', c1 + 1);
+    return IsShmPath(v.substr(0, c1)) &&
+           IsShmPath(v.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1));
+  }
+  if (!item.IsMap()) return false;
+  auto scalar = [&](const char* k) { return item[k] && item[k].IsScalar() ? item[k].Scalar() : std::string(); };
+  return scalar("type") == "bind" && IsShmPath(scalar("source")) && IsShmPath(scalar("target"));
+}
+
+// Whether the service mounts a tmpfs of its own at /dev/shm (tmpfs:, or a
+// volumes item of type tmpfs): sized by hand, not by shm_size.
+bool HasShmTmpfs(const Service& s) {
+  if (auto t = s.keys.find("tmpfs"); t != s.keys.end()) {
+    const YAML::Node& v = t->second.value;
+    auto at_shm = [](const YAML::Node& n) {
+      return n.IsScalar() && IsShmPath(n.Scalar().substr(0, n.Scalar().find(':')));
+    };
+    if (at_shm(v)) return true;
+    if (v.IsSequence() && std::any_of(v.begin(), v.end(), at_shm)) return true;
+  }
+  auto vols = s.keys.find("volumes");
+  if (vols == s.keys.end() || !vols->second.value.IsSequence()) return false;
+  for (const auto& item : vols->second.value) {
+    if (item.IsMap() && item["type"] && item["type"].IsScalar() && item["type"].Scalar() == "tmpfs" && item["target"] &&
+        item["target"].IsScalar() && IsShmPath(item["target"].Scalar())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The host /dev/shm binds of a service, in each file that declares its volumes.
+std::vector<std::pair<std::string, YAML::Node>> HostShmBinds(const Service& s) {
+  std::vector<std::pair<std::string, YAML::Node>> out;
+  for (const auto& [file, node] : s.nodes) {
+    YAML::Node vols = node["volumes"];
+    if (!vols || !vols.IsSequence()) continue;
+    for (const auto& item : vols) {
+      if (IsHostShmBind(item)) out.emplace_back(file, item);
+    }
+  }
+  return out;
 }
 
 std::string ComposeSizeText(int64_t bytes) {
@@ -395,7 +467,18 @@ Status CheckService(const Service& s, const ComposeCheckOptions& o, Checked* c) 
     }
   }
   std::string suggest = ComposeSizeText(need.bytes ? need.bytes : 2 * kGiB);
-  if (need.needs) c->report.suggestions[s.name] = {suggest, need.reason};
+  std::vector<std::pair<std::string, YAML::Node>> binds = HostShmBinds(s);
+  if (need.needs) {
+    c->report.suggestions[s.name] = {suggest, need.reason};
+  } else if (!binds.empty()) {
+    c->report.suggestions[s.name] = {suggest, "binds the host's /dev/shm"};
+  }
+  for (const auto& [file, item] : binds) {
+    Add(&r, "host-shm-bind", Severity::kWarning, s.name, At(file, item),
+        "binds the host's /dev/shm: the container sees every host segment, has no limit and its files outlive it; "
+        "set shm_size instead",
+        "shm_size: \"" + suggest + "\"");
+  }
   std::string ipc = IpcMode(s);
   auto shm = s.keys.find("shm_size");
   if (shm != s.keys.end()) {
@@ -416,6 +499,8 @@ Status CheckService(const Service& s, const ComposeCheckOptions& o, Checked* c) 
             suggest);
       }
     }
+  } else if (!binds.empty() || HasShmTmpfs(s)) {
+    // /dev/shm comes from a mount; a host bind is reported above.
   } else if (ipc == "host" && need.needs) {
     auto it = s.keys.find("ipc");
     Add(&r, "ipc-host-for-shm", Severity::kWarning, s.name, At(it->second.file, it->second.value),
@@ -564,6 +649,65 @@ int ScalarLength(const std::string& line, int col) {
 }
 
 std::string Quote(const std::string& size) { return "\"" + size + "\""; }
+
+// The last line any node under `n` starts on.
+int LastLine(const YAML::Node& n, int depth = 0) {
+  int last = n.Mark().is_null() ? -1 : n.Mark().line;
+  if (depth > kMaxDepth) return last;
+  if (n.IsMap()) {
+    for (const auto& kv : n) last = std::max({last, LastLine(kv.first, depth + 1), LastLine(kv.second, depth + 1)});
+  } else if (n.IsSequence()) {
+    for (const auto& item : n) last = std::max(last, LastLine(item, depth + 1));
+  }
+  return last;
+}
+
+// Whether only blanks or a comment follow column `col` of `line`.
+bool RestIsBlank(const std::string& line, size_t col) {
+  size_t p = line.find_first_not_of(" \t\r\n", std::min(col, line.size()));
+  return p == std::string::npos || line[p] == '#';
+}
+
+// The key node named `name` of the block mapping `map`.
+YAML::Node KeyNode(const YAML::Node& map, const std::string& name) {
+  if (!map || !map.IsMap()) return YAML::Node();
+  for (const auto& kv : map) {
+    if (kv.first.IsScalar() && kv.first.Scalar() == name) return kv.first;
+  }
+  return YAML::Node();
+}
+
+// The 0-based lines to delete to drop the item of block sequence `seq`
+// (under key `key`) that starts at `line`:`col`, and the key line too when it
+// is the only item (compose rejects an empty volumes). Empty when the item
+// shares a line with anything else.
+std::vector<int> ItemLines(const YAML::Node& key, const YAML::Node& seq, int line, int col,
+                           const std::vector<std::string>& lines) {
+  if (!key || !seq || !seq.IsSequence() || seq.Style() == YAML::EmitterStyle::Flow) return {};
+  // Written here, under the key: not an alias of a list other services share.
+  if (seq.Mark().line <= key.Mark().line) return {};
+  for (const auto& item : seq) {
+    if (item.Mark().line != line || item.Mark().column != col) continue;
+    const std::string& l = lines[static_cast<size_t>(line)];
+    std::string before = l.substr(0, static_cast<size_t>(col));
+    size_t dash = before.find_first_not_of(" \t");
+    if (dash == std::string::npos || before[dash] != '-' ||
+        before.find_first_not_of(" \t", dash + 1) != std::string::npos)
+      return {};
+    if (item.IsScalar() && !RestIsBlank(l, static_cast<size_t>(col + ScalarLength(l, col)))) return {};
+    std::vector<int> out;
+    for (int i = line; i <= LastLine(item); ++i) out.push_back(i);
+    if (seq.size() == 1) {
+      int kl = key.Mark().line, kc = key.Mark().column;
+      const std::string& k = lines[static_cast<size_t>(kl)];
+      size_t colon = k.find_first_not_of(" \t", static_cast<size_t>(kc) + key.Scalar().size());
+      if (kl >= line || colon == std::string::npos || k[colon] != ':' || !RestIsBlank(k, colon + 1)) return {};
+      out.push_back(kl);
+    }
+    return out;
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -746,6 +890,17 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
     if (f.code == "missing-shm-size") ordered.push_back(&f);
   }
   std::set<std::string> sized;
+  // shm_size for a service that loses its host bind or ipc: host (none when it has one).
+  auto add_shm_size = [&](const std::string& svc, size_t group) {
+    auto it = c.services.find(svc);
+    if (sized.count(svc) || (it != c.services.end() && it->second.keys.count("shm_size"))) return true;
+    int at = 0;
+    std::string indent;
+    if (!insert_point(svc_node(svc), &at, &indent)) return false;
+    edits.push_back({at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(size_for(svc)) + eol, group});
+    sized.insert(svc);
+    return true;
+  };
   for (const ComposeFinding* fp : ordered) {
     const ComposeFinding& f = *fp;
     if (f.pos.file != fix.file && f.code != "missing-shm-size" && f.code != "ipc-host-for-shm") continue;
@@ -786,6 +941,33 @@ Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std:
                        fix.changes.size()});
       fix.changes.push_back(fix.file + ":" + std::to_string(at + 1) + ": added shm_size " + size_for(f.service) +
                             " to service '" + f.service + "'");
+    } else if (f.code == "host-shm-bind" && line) {
+      // Deletes first: an insert on a deleted line's index then lands after it.
+      YAML::Node svc = svc_node(f.service);
+      std::vector<int> drop = ItemLines(KeyNode(svc, "volumes"), svc ? svc["volumes"] : YAML::Node(), li, col, lines);
+      std::vector<Edit> kept = edits;
+      for (int d : drop) edits.push_back({d, Edit::kDelete, 0, 0, "", fix.changes.size()});
+      if (drop.empty() || !add_shm_size(f.service, fix.changes.size())) {
+        edits = std::move(kept);
+        fix.skipped.push_back(f.pos.ToString() + ": " + f.message + "; replace it by shm_size by hand");
+        continue;
+      }
+      fix.changes.push_back(f.pos.ToString() + ": removed the host /dev/shm bind of service '" + f.service +
+                            "'; its shm_size is " + size_for(f.service));
+    } else if (f.code == "ipc-host-for-shm" && line && f.pos.file == fix.file) {
+      // In place, so a comment after it stays: "ipc: host  # x" -> "shm_size: \"2gb\"  # x".
+      YAML::Node key = KeyNode(svc_node(f.service), "ipc");
+      int len = ScalarLength(*line, col);
+      if (!key || key.Mark().line != li || len == 0) {
+        fix.skipped.push_back(f.pos.ToString() + ": " + f.message);
+        continue;
+      }
+      int kcol = key.Mark().column;
+      edits.push_back(
+          {li, Edit::kReplace, kcol, col + len - kcol, "shm_size: " + Quote(size_for(f.service)), fix.changes.size()});
+      sized.insert(f.service);
+      fix.changes.push_back(f.pos.ToString() + ": replaced ipc: host of service '" + f.service + "' by shm_size " +
+                            size_for(f.service));
     } else if (f.code == "misplaced-shm-size" && line && !f.service.empty()) {
       YAML::Node svc = svc_node(f.service);
       YAML::Node deploy = svc ? svc["deploy"] : YAML::Node();

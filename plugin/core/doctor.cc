@@ -17,6 +17,7 @@
 #include "shmkeeper/procfs.h"
 #include "shmkeeper/shm_dir.h"
 #include "shmkeeper/size.h"
+#include "shmkeeper/workloads.h"
 
 namespace shmkeeper {
 namespace {
@@ -84,6 +85,7 @@ void DetectEngine(const DoctorOptions& o, DoctorReport* r) {
 
 std::string Suggest(const DoctorReport& r) {
   int64_t want = std::max<int64_t>(2 * kGiB, r.used_bytes * 2);
+  for (const DoctorWorkload& w : r.workloads) want = std::max(want, w.bytes);
   if (r.memcg_limit_bytes) want = std::min(want, r.memcg_limit_bytes);
   return FormatSize((want + kGiB - 1) / kGiB * kGiB);
 }
@@ -117,14 +119,45 @@ void Fixes(DoctorReport* r) {
   }
 }
 
-void Frameworks(const DoctorOptions& o, const DoctorReport& r, std::vector<std::string>* w) {
-  bool torch = false, ray = false;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(o.proc.c_str()), ::closedir);
+// Every process in view with its command line.
+std::vector<std::pair<pid_t, std::string>> Commands(const std::string& proc) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc.c_str()), ::closedir);
   while (dir) {
     struct dirent* e = ::readdir(dir.get());
     if (!e) break;
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::string cmd = ProcCommand(std::atoi(e->d_name), o.proc);
+    pid_t pid = std::atoi(e->d_name);
+    out.emplace_back(pid, ProcCommand(pid, proc));
+  }
+  return out;
+}
+
+// The workloads of the table (workloads.h) the processes in view show, each
+// once, with the size it wants and the error it gives at 64 MiB.
+void Workloads(const std::vector<std::pair<pid_t, std::string>>& commands, DoctorReport* r) {
+  std::set<std::string> seen;
+  for (const auto& [pid, cmd] : commands) {
+    if (cmd.empty()) continue;
+    WorkloadSignals sig;
+    AddCommandWords(cmd, true, &sig);
+    for (char c : cmd) sig.text += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
+      if (seen.insert(w->name).second) r->workloads.push_back({w->name, pid, w->bytes, w->symptom, w->source});
+    }
+  }
+  // PyTorch, Ray and NCCL have notes of their own below.
+  for (const DoctorWorkload& w : r->workloads) {
+    if (w.name == "PyTorch" || w.name == "Ray" || w.name == "NCCL") continue;
+    r->warnings.push_back(w.name + " (pid " + std::to_string(w.pid) + ") wants a " + FormatSize(w.bytes) +
+                          " /dev/shm; with less: " + w.symptom + " (" + w.source + ")");
+  }
+}
+
+void Frameworks(const std::vector<std::pair<pid_t, std::string>>& commands, const DoctorReport& r,
+                std::vector<std::string>* w) {
+  bool torch = false, ray = false;
+  for (const auto& [pid, cmd] : commands) {
     torch |= cmd.find("torch") != std::string::npos || cmd.find("num_workers") != std::string::npos;
     ray |= cmd.find("raylet") != std::string::npos || cmd.find("ray::") != std::string::npos;
   }
@@ -176,15 +209,23 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
       if (r.largest.size() < 10) r.largest.push_back(df);
     }
   }
+  std::vector<std::pair<pid_t, std::string>> commands = Commands(o.proc);
+  Workloads(commands, &r);
   if (!r.present) {
     r.findings.push_back(o.shm_path + " does not exist: programs that use POSIX shared memory will fail");
   } else if (r.host_ipc) {
     r.findings.push_back("this " + std::string(r.in_container ? "container shares the host's" : "is the host's") +
                          " IPC namespace and /dev/shm");
   } else if (r.size_bytes <= 64 * kMiB) {
+    std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
+    auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
+                                    [](const DoctorWorkload& a, const DoctorWorkload& b) { return a.bytes < b.bytes; });
+    if (biggest != r.workloads.end()) {
+      who = biggest->name + " runs here (pid " + std::to_string(biggest->pid) + ") and wants " +
+            FormatSize(biggest->bytes) + "; with less: " + biggest->symptom;
+    }
     r.findings.push_back("/dev/shm is " + FormatSize(r.size_bytes) +
-                         ", the 64MiB default of Docker, containerd and CRI-O: PyTorch DataLoader workers, Ray "
-                         "and NCCL need more");
+                         ", the 64MiB default of Docker, containerd and CRI-O: " + who);
   }
   if (r.present && r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * 80) {
     r.findings.push_back("/dev/shm is " + std::to_string(r.used_bytes * 100 / r.size_bytes) + "% full");
@@ -200,7 +241,7 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
                          FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
   }
   Fixes(&r);
-  Frameworks(o, r, &r.warnings);
+  Frameworks(commands, r, &r.warnings);
   return r;
 }
 
@@ -217,6 +258,11 @@ Json DoctorToJson(const DoctorReport& r) {
   Json sysv = Json::array();
   for (const SysvSegment& s : r.sysv) {
     sysv.push_back({{"shmid", s.shmid}, {"bytes", s.bytes}, {"nattch", s.nattch}, {"cpid", s.cpid}});
+  }
+  Json workloads = Json::array();
+  for (const DoctorWorkload& w : r.workloads) {
+    workloads.push_back(
+        {{"name", w.name}, {"pid", w.pid}, {"shm_bytes", w.bytes}, {"symptom", w.symptom}, {"source", w.source}});
   }
   return {{"shm",
            {{"path", r.shm_path},
@@ -236,7 +282,8 @@ Json DoctorToJson(const DoctorReport& r) {
           {"memcg", {{"limit_bytes", r.memcg_limit_bytes}, {"shmem_bytes", r.memcg_shmem_bytes}}},
           {"findings", r.findings},
           {"fixes", r.fixes},
-          {"warnings", r.warnings}};
+          {"warnings", r.warnings},
+          {"workloads", workloads}};
 }
 
 std::string DoctorToText(const DoctorReport& r) {

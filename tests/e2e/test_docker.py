@@ -154,6 +154,68 @@ def test_fixed_compose_stack_gets_its_size(docker_engine, bins, tmp_path):
         run(["docker-compose", "-p", "shmkfixed", "down"], cwd=tmp_path, env=env, check=False)
 
 
+def test_fixed_browser_stack_trades_the_host_bind_for_shm_size(docker_engine, bins, tmp_path):
+    """A Selenium-like stack, offline: busybox tagged as a Chrome node image,
+    a launcher named google-chrome, and the host /dev/shm bind blog posts
+    recommend. check names the bind and the browser's size; after fix
+    --write, a real docker-compose up (plain runc) gets a private 2 GiB
+    /dev/shm instead of the host's."""
+    require(shutil.which("docker-compose") is not None, "docker-compose is not installed")
+    docker_engine.docker("tag", IMG, "selenium/node-chrome:shmk-e2e")
+    launcher = tmp_path / "google-chrome"
+    launcher.write_text(f"#!/bin/sh\necho google-chrome $*; {PROBE}\n")
+    launcher.chmod(0o755)
+    f = tmp_path / "docker-compose.yml"
+    f.write_text(textwrap.dedent("""\
+        version: "2.4"
+        services:
+          chrome:
+            image: selenium/node-chrome:shmk-e2e
+            runtime: runc
+            network_mode: none
+            entrypoint: ["/opt/bin/google-chrome"]
+            command: ["--headless=new", "--no-sandbox"]
+            volumes:
+              - ./google-chrome:/opt/bin/google-chrome:ro
+              - /dev/shm:/dev/shm   # chrome crashed without it
+        """))
+    report = json.loads(run([bins.CLI, "compose", "check", "-o", "json"], cwd=tmp_path, check=False).stdout)
+    assert [x["code"] for x in report["findings"]] == ["host-shm-bind"]
+    assert report["suggestions"]["chrome"]["shm_size"] == "2gb"
+    assert "session deleted because of page crash" in report["suggestions"]["chrome"]["reason"]
+    run([bins.CLI, "compose", "fix", "--write"], cwd=tmp_path)
+    text = f.read_text()
+    assert '    shm_size: "2gb"\n' in text and "/dev/shm:/dev/shm" not in text and "./google-chrome:" in text
+    env = dict(os.environ, DOCKER_HOST=docker_engine.host)
+    try:
+        p = run(["docker-compose", "-p", "shmkbrowser", "up", "--abort-on-container-exit", "--no-color"],
+                cwd=tmp_path, env=env)
+        lines = "\n".join(line.split("|", 1)[1] for line in p.stdout.splitlines() if "|" in line)
+        assert "google-chrome --headless=new" in lines
+        assert df_kib(lines) == kib(2048 * MiB)  # its own tmpfs, not the host's /dev/shm
+    finally:
+        run(["docker-compose", "-p", "shmkbrowser", "down"], cwd=tmp_path, env=env, check=False)
+        docker_engine.docker("rmi", "selenium/node-chrome:shmk-e2e", check=False)
+
+
+def test_doctor_names_the_workload_it_sees(docker_engine, bins):
+    """A process named like PostgreSQL's (holding a segment as its dynamic
+    shared memory does) in a 64 MiB /dev/shm: the doctor names it, its size
+    and the error it will give."""
+    doctor = bins.BUILD / "plugin" / "shmkeeper-doctor"
+    require(bins.SHMTOOL.exists(), f"shmtool not built at {bins.SHMTOOL}")
+    p = docker_engine.docker(
+        "run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", "-v", f"{bins.SHMTOOL}:/shmtool:ro", IMG,
+        "sh", "-c", "(exec -a 'postgres: parallel worker' /shmtool hold PostgreSQL.1804289383 1 &); "
+        "while [ ! -e /dev/shm/PostgreSQL.1804289383 ]; do sleep 0.1; done; /doctor; /doctor -o json")
+    text, js = p.stdout.split("{", 1)
+    j = json.loads("{" + js)
+    assert [w["name"] for w in j["workloads"]] == ["PostgreSQL"]
+    assert j["workloads"][0]["shm_bytes"] == 1 << 30
+    assert "PostgreSQL runs here" in text and "could not resize shared memory segment" in text
+    assert "note: PostgreSQL (pid" in text and "hub.docker.com/_/postgres" in text
+
+
 def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine, bins):
     doctor = bins.BUILD / "plugin" / "shmkeeper-doctor"
     p = docker_engine.docker("run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", IMG, "/doctor")

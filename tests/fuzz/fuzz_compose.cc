@@ -1,13 +1,22 @@
 // libFuzzer target: any bytes as a compose file through the reader, the
-// checks and the fix planner. Errors are one line naming the file; a planned
-// fix leaves a document that still parses.
+// checks (workload evidence, host /dev/shm binds) and the fix planner. Errors
+// are one line naming the file; a planned fix leaves a document that still
+// parses. The same bytes as a process command line through the doctor's
+// workload matcher (untrusted /proc/PID/cmdline).
 #include <cstdlib>
 #include <string>
 
 #include "shmkeeper/compose.h"
+#include "shmkeeper/workloads.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
+  shmkeeper::WorkloadSignals process;
+  shmkeeper::AddCommandWords(text, true, &process);
+  process.text = text;
+  for (const shmkeeper::ShmWorkload* w : shmkeeper::MatchShmWorkloads(process)) {
+    if (w->bytes <= 0) std::abort();
+  }
   shmkeeper::Result<shmkeeper::ComposeFix> fix = shmkeeper::FixComposeText("fuzz.yml", text, "");
   if (!fix.ok()) {
     const std::string& m = fix.status().message();

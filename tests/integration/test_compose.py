@@ -1,14 +1,22 @@
 """shmkeeper compose check / fix on a corpus of real compose projects
-(tests/compose/*), validated with Debian's docker-compose, and every bad
+(tests/compose/*: browsers, databases, MPI, ML and ordinary web stacks),
+each with its findings and suggested sizes, validated with Debian's docker-compose, and every bad
 input the reader must refuse without touching the file."""
 import difflib
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import require, run
+
+# Findings whose fix writes the suggested size.
+SIZED_BY_FIX = {"missing-shm-size", "size-too-small", "host-shm-bind", "ipc-host-for-shm"}
+# Removed lines a fix may drop whole: ipc: host, and a host /dev/shm bind's volumes entry.
+REMOVABLE = re.compile(r"^-\s*(- )?\s*(ipc|volumes|type|source|target|read_only|bind|propagation)\s*:")
 
 CORPUS = sorted(p for p in (Path(__file__).parents[1] / "compose").iterdir() if p.is_dir())
 
@@ -31,6 +39,10 @@ def test_check_finds_what_is_expected(bins, case):
     assert sorted(f["code"] for f in report["findings"]) == expected["codes"]
     for f in report["findings"]:
         assert f["line"] > 0 and f["column"] > 0 and f["file"].endswith(".yml")
+    # The suggested size of every service that needs one, and the workload it was recognised as.
+    assert {svc: s["shm_size"] for svc, s in report["suggestions"].items()} == expected["sizes"]
+    for svc, why in expected["why"].items():
+        assert why in report["suggestions"][svc]["reason"], report["suggestions"][svc]
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[p.name for p in CORPUS])
@@ -49,16 +61,22 @@ def test_fix_is_surgical_and_accepted_by_docker_compose(bins, compose_bin, case,
     if not expected["codes"]:
         assert after == before
     # Only the fixed lines differ; every other byte, comments and anchors included, is kept.
+    # Lines may go only with a host /dev/shm bind (its volumes entry) or an ipc: host.
     changed = [line for line in difflib.unified_diff(before.decode().splitlines(True), after.decode().splitlines(True), n=0)
                if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert all("shm" in line for line in changed), changed
+    assert all("shm" in line or REMOVABLE.match(line) for line in changed), changed
     if diff.stdout:
         assert diff.stdout.startswith("--- a/")
     if expected["fix_makes_config_valid"]:
-        cfg = run(["docker-compose", "config", "-q"], cwd=work, check=False)
+        cfg = run(["docker-compose", "config"], cwd=work, check=False)
         assert cfg.returncode == 0, cfg.stderr
         again = json.loads(check(bins, work, "-o", "json").stdout)
-        assert [f for f in again["findings"] if f["severity"] == "error" or f["code"] == "missing-shm-size"] == []
+        assert [f for f in again["findings"] if f["severity"] == "error" or f["code"] in SIZED_BY_FIX] == []
+        # docker-compose itself reads the suggested size where the fix wrote one.
+        config = yaml.safe_load(cfg.stdout)
+        for svc in {f["service"] for f in json.loads(check(bins, case, "-o", "json").stdout)["findings"]
+                    if f["code"] in SIZED_BY_FIX}:
+            assert config["services"][svc]["shm_size"] == expected["sizes"][svc], svc
     if b"\r\n" in before:
         assert after.count(b"\n") == after.count(b"\r\n")  # CRLF kept
 

@@ -48,7 +48,9 @@ struct ComposeReport {
   std::vector<std::string> files;  // what was read, in order
   std::string project;
   std::vector<ComposeFinding> findings;
-  // Per service: the suggested shm_size and why (services that need one).
+  // Per service: the suggested shm_size and why (services that show a
+  // workload of workloads.h, with the error it gives at 64 MiB, or that bind
+  // the host's /dev/shm).
   std::map<std::string, std::pair<std::string, std::string>> suggestions;
 };
 
@@ -73,8 +75,11 @@ struct ComposeFix {
 
 // Plans the fixes for one file (the first of the check's files when `file`
 // is empty): rename misspelled keys, move shm_size out of deploy, replace
-// invalid or too small sizes, add shm_size where a service needs one. `size`
-// overrides the suggested sizes. Nothing is written here.
+// invalid or too small sizes, add shm_size where a service needs one, drop a
+// host /dev/shm bind written in the service's own block list (and its
+// volumes key when it was the only entry) for shm_size, turn `ipc: host` into
+// shm_size on its line. `size` overrides the suggested sizes. Nothing is
+// written here.
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
 
 // Check and fix of one in-memory file named `name` (no filesystem access but

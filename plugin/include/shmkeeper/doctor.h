@@ -21,6 +21,14 @@ struct DoctorFile {
   std::string leak_reason;                             // non-empty: looks leaked
 };
 
+// A workload of the table in workloads.h that a running process shows.
+struct DoctorWorkload {
+  std::string name;   // "PostgreSQL"
+  pid_t pid = 0;      // the first process that showed it
+  int64_t bytes = 0;  // the size it wants
+  std::string symptom, source;
+};
+
 struct DoctorReport {
   std::string shm_path = "/dev/shm";
   bool present = false;
@@ -35,9 +43,10 @@ struct DoctorReport {
   std::vector<DoctorFile> leaked;
   int64_t memcg_limit_bytes = 0;  // 0: none
   int64_t memcg_shmem_bytes = 0;
-  std::vector<std::string> findings;  // what is wrong, most important first
-  std::vector<std::string> fixes;     // exact commands or settings for this engine
-  std::vector<std::string> warnings;  // framework-specific
+  std::vector<std::string> findings;      // what is wrong, most important first
+  std::vector<std::string> fixes;         // exact commands or settings for this engine
+  std::vector<std::string> warnings;      // framework-specific
+  std::vector<DoctorWorkload> workloads;  // once per workload, in table order of discovery
 };
 
 struct DoctorOptions {

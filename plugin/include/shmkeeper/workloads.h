@@ -1,0 +1,58 @@
+// The workloads known to outgrow a 64 MiB /dev/shm, and how a container
+// shows them: one table (workloads.cc) that `compose check` matches against
+// a service's image, command, entrypoint and environment and `doctor`
+// against the processes it sees. No YAML here: the doctor is a static binary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shmkeeper {
+
+// One row of the table.
+//
+// `evidence` and `unless` are patterns, lower case, each "kind:value":
+//   image:NAME  the image's repository (registry, tag and digest dropped) is
+//               NAME or ends with "/NAME" (NAME may hold '/': "selenium/node-chrome")
+//   prog:NAME   the program run: the first word of command or entrypoint, or a
+//               process's argv[0], as a basename with a trailing ':' dropped
+//               ("postgres: checkpointer"); NAME ending in '*' is a prefix
+//   cmd:WORD    any word of command, entrypoint or a process's command line
+//               (paths as basenames; words split at spaces, quotes, = ; & | ( ) ,)
+//   env:KEY     an environment variable named KEY; KEY ending in '*' is a prefix
+//   text:SUB    SUB anywhere in the service's scalars (image, command,
+//               entrypoint, environment, build, working_dir, labels) or the
+//               process's command line
+//   word:SUB    as text:, where SUB starts a word ("ray", not "array")
+// A row matches when any evidence pattern does and no unless pattern does.
+struct ShmWorkload {
+  const char* name;     // what the user runs: "PostgreSQL"
+  int64_t bytes;        // the /dev/shm size to suggest
+  const char* symptom;  // what the user sees with 64 MiB: the error message
+  const char* source;   // the project's page that recommends the size
+  std::vector<const char*> evidence;
+  std::vector<const char*> unless;
+};
+
+// What one container or process shows. All lower case.
+struct WorkloadSignals {
+  std::string image;                  // "mcr.microsoft.com/playwright:v1.44.0-jammy"
+  std::vector<std::string> programs;  // first words of command and entrypoint, or argv[0]
+  std::vector<std::string> words;     // every word of command and entrypoint, or argv
+  std::vector<std::string> env_keys;
+  std::string text;  // see text:
+};
+
+// The table, in the order findings name the workloads.
+const std::vector<ShmWorkload>& ShmWorkloads();
+
+// The rows `signals` match.
+std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& signals);
+
+// Adds the words of `text` (a command line, a shell string) to `signals`:
+// split at spaces, quotes and shell punctuation, paths as basenames,
+// lower-cased. With `program`, its first word is also a program.
+void AddCommandWords(const std::string& text, bool program, WorkloadSignals* signals);
+
+}  // namespace shmkeeper
