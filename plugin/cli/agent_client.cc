@@ -10,12 +10,13 @@
 
 namespace shmkeeper::cli {
 
-void AgentFlags::Add(CLI::App* cmd) {
+void AgentFlags::Add(CLI::App* cmd, bool with_output) {
   cmd->add_option("--agent", agent, "Agent address: unix:///path, /path or host:port")->capture_default_str();
   cmd->add_option("--tls-ca", tls_ca, "CA certificate (PEM) to verify a TCP agent");
   cmd->add_option("--tls-cert", tls_cert, "Client certificate (PEM) for mTLS");
   cmd->add_option("--tls-key", tls_key, "Client key (PEM) for mTLS");
   cmd->add_flag("--insecure", insecure, "Plaintext TCP (only for an agent configured with tcp.insecure)");
+  if (!with_output) return;
   cmd->add_option("-o,--output", output, "table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

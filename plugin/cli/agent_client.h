@@ -22,7 +22,8 @@ struct AgentFlags {
   bool insecure = false;              // plaintext TCP
   std::string output = "table";       // table or json
 
-  void Add(CLI::App* cmd);
+  // Adds the flags to `cmd`; -o/--output only when `with_output`.
+  void Add(CLI::App* cmd, bool with_output = true);
 };
 
 // A stub for the agent at `flags.agent`, or a usage error.
