@@ -45,16 +45,7 @@ def stack(tmp_path_factory):
     shm = HostTmpfs(base / "shm", SIZE)
     agent = prom = None
     try:
-        agent = AgentProcess(base, f"""
-agent:
-  socket: {base}/agent.sock
-  eventSocket: ""
-  metricsAddress: 127.0.0.1:0
-  scanInterval: {SCRAPE}s
-  runtimeRoots: [{base}/no-runtime-root]
-  dockerSocket: ""
-  hostShmDirs: [{shm.path}]
-""").start()
+        agent = AgentProcess.watching(base, [shm.path], metrics_address="127.0.0.1:0", scan_interval_s=SCRAPE).start()
         config = {"global": {"scrape_interval": f"{SCRAPE}s", "evaluation_interval": f"{SCRAPE}s"},
                   "scrape_configs": [{"job_name": "shmkeeper", "static_configs": [
                       {"targets": [f"127.0.0.1:{agent.metrics_port()}"], "labels": {"node": "testnode"}}]}]}

@@ -199,13 +199,7 @@ class PrivatePrometheus:
         return [a for a in self.api("alerts")["alerts"] if a["labels"]["alertname"] == name and a["state"] == state]
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=30)
         self.proc = None
 
 
@@ -324,14 +318,33 @@ class AgentProcess:
         return json.loads(self.cli(*args, "-o", "json").stdout)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=10)
         self.proc = None
+
+    @classmethod
+    def watching(cls, base: Path, dirs, metrics_address="", scan_interval_s=1):
+        """An agent that watches only the host tmpfs directories `dirs` (no engines, no event socket)."""
+        return cls(base, f"""
+agent:
+  socket: {base}/agent.sock
+  eventSocket: ""
+  metricsAddress: "{metrics_address}"
+  scanInterval: {scan_interval_s}s
+  runtimeRoots: [{base}/no-runtime-root]
+  dockerSocket: ""
+  hostShmDirs: [{", ".join(str(d) for d in dirs)}]
+""")
+
+
+def stop_process(proc, timeout):
+    """SIGTERM, then SIGKILL after `timeout` seconds; None or an exited process is fine."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def terminate(proc, base: Path):
