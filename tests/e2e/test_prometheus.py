@@ -18,17 +18,17 @@ from harness import AGENTD, REPO, AgentProcess, HostTmpfs, PrivatePrometheus, re
 MiB = 1 << 20
 SIZE = 16 * MiB
 SCRAPE = 1  # seconds: scrape and rule evaluation interval
-FOR = 4     # seconds: the test copy's `for:` of the two usage alerts (the shipped rules are checked by promtool)
+FOR = 4     # seconds: the test copy's `for:` of the usage and agent-down alerts (the shipped rules: promtool)
 MONITORING = REPO / "deploy" / "monitoring"
 
 
 def test_rules(for_seconds):
-    """The shipped rules with a short `for:` on the usage alerts; everything else as shipped."""
+    """The shipped rules with a short `for:` on the usage and agent-down alerts; everything else as shipped."""
     rules = yaml.safe_load((MONITORING / "shmkeeper-rules.yaml").read_text())
     out = copy.deepcopy(rules)
     for group in out["groups"]:
         for r in group["rules"]:
-            if r.get("alert") in ("ShmkeeperPodShmNearlyFull", "ShmkeeperPodShmFull"):
+            if r.get("alert") in ("ShmkeeperPodShmNearlyFull", "ShmkeeperPodShmFull", "ShmkeeperAgentDown"):
                 r["for"] = f"{for_seconds}s"
     return out
 
@@ -137,3 +137,14 @@ def test_dashboard_queries_return_data(stack):
             empty.append(f"{title}: {expr}")
     shm.remove("dashboard")
     assert empty == [], "dashboard queries without data:\n" + "\n".join(empty)
+
+
+def test_agent_down_alert_fires_when_the_agent_stops(stack):  # last: it stops the module's agent
+    agent, prom, shm = stack
+    assert prom.alerts("ShmkeeperAgentDown") == []
+    agent.stop()
+    t0 = time.monotonic()
+    (alert,) = wait_for(lambda: prom.alerts("ShmkeeperAgentDown"), timeout=FOR + 10 * SCRAPE, interval=0.1,
+                        what="ShmkeeperAgentDown firing")
+    assert time.monotonic() - t0 >= FOR
+    assert alert["labels"]["job"] == "shmkeeper" and alert["labels"]["node"] == "testnode"
