@@ -74,6 +74,14 @@ Status PrintJson(const google::protobuf::Message& msg) {
   return Status::Ok();
 }
 
+std::string KindName(v1::PodKind k) {
+  std::string s = v1::PodKind_Name(k).substr(9);  // POD_KIND_
+  for (char& c : s) c = static_cast<char>(std::tolower(c));
+  return s;
+}
+
+std::string PodName(const std::string& ns, const std::string& name) { return ns.empty() ? name : ns + "/" + name; }
+
 std::string Iec(int64_t bytes) { return bytes <= 0 ? "0" : FormatSize(bytes); }
 
 }  // namespace shmkeeper::cli

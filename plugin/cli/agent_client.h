@@ -40,4 +40,10 @@ Status PrintJson(const google::protobuf::Message& msg);
 
 std::string Iec(int64_t bytes);
 
+// "kubernetes", "compose", "container", "host" (the enum's name without POD_KIND_, lower case).
+std::string KindName(v1::PodKind k);
+
+// "namespace/name", or "name" when the namespace is empty.
+std::string PodName(const std::string& ns, const std::string& name);
+
 }  // namespace shmkeeper::cli

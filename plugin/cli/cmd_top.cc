@@ -74,38 +74,43 @@ std::string Clock() {
   return t.size() >= 19 ? t.substr(11, 8) : t;  // HH:MM:SS of an RFC 3339 time
 }
 
+// One table line: pod, kind, bar, percent, used, size, leaked, sized by.
+std::string Row(size_t name_w, const std::string& name, const std::string& kind, const std::string& bar,
+                const std::string& pct, const std::string& used, const std::string& size, const std::string& leaked,
+                const std::string& sized) {
+  return FitName(name, name_w) + "  " + Pad(kind, 10) + "  " + Pad(bar, kBarWidth + 2) + "  " + Pad(pct, 4, true) +
+         "  " + Pad(used, 9, true) + "  " + Pad(size, 9, true) + "  " + Pad(leaked, 9, true) + "  " + sized;
+}
+
+std::string PodRow(const v1::Pod& p, size_t name_w) {
+  const v1::ShmUsage& u = p.shm();
+  std::string sized = u.sized_by().empty() ? "-" : u.sized_by();
+  if (!u.requested_source().empty()) sized += " (" + u.requested_source() + ")";
+  return Row(name_w, PodName(p.namespace_(), p.name()), KindName(p.kind()), Bar(UseRatio(p)),
+             std::to_string(static_cast<int>(UseRatio(p) * 100 + 0.5)) + "%", Iec(u.used_bytes()), Iec(u.size_bytes()),
+             Iec(p.leaked_bytes()), sized);
+}
+
+size_t NameWidth(const std::vector<v1::Pod>& pods) {
+  size_t w = 16;
+  for (const v1::Pod& p : pods) w = std::max(w, PodName(p.namespace_(), p.name()).size());
+  return std::min<size_t>(w, 48);
+}
+
 // The frame as lines, none wider than `width`, at most `height` of them.
 std::vector<std::string> Frame(const v1::Node& node, std::vector<v1::Pod> pods, const std::string& sort,
                                const std::deque<std::string>& events, const std::string& error, size_t width,
                                size_t height) {
   SortPods(&pods, sort);
-  std::vector<std::string> lines;
-  lines.push_back("shmkeeper top  " + node.hostname() + "  " + std::to_string(pods.size()) + " pods, " +
-                  Iec(node.pods_shm_used_bytes()) + " of shared memory, leaked " + Iec(node.leaked_bytes()) + "  " +
-                  Clock());
-  lines.push_back("sort: " + sort + "   keys: s sort, q quit" + (error.empty() ? "" : "   ! " + error));
-  lines.push_back("");
-  size_t name_w = 16;
-  for (const v1::Pod& p : pods)
-    name_w = std::max(name_w, (p.namespace_().empty() ? 0 : p.namespace_().size() + 1) + p.name().size());
-  name_w = std::min<size_t>(name_w, 48);
-  lines.push_back(Pad("POD", name_w) + "  " + Pad("KIND", 10) + "  " + Pad("USE", kBarWidth + 2) + "  " +
-                  Pad("%", 4, true) + "  " + Pad("USED", 9, true) + "  " + Pad("SIZE", 9, true) + "  " +
-                  Pad("LEAKED", 9, true) + "  SIZED BY");
+  size_t name_w = NameWidth(pods);
+  std::vector<std::string> lines = {
+      "shmkeeper top  " + node.hostname() + "  " + std::to_string(pods.size()) + " pods, " +
+          Iec(node.pods_shm_used_bytes()) + " of shared memory, leaked " + Iec(node.leaked_bytes()) + "  " + Clock(),
+      "sort: " + sort + "   keys: s sort, q quit" + (error.empty() ? "" : "   ! " + error), "",
+      Row(name_w, "POD", "KIND", "USE", "%", "USED", "SIZE", "LEAKED", "SIZED BY")};
   size_t reserved = lines.size() + 1 + (events.empty() ? 0 : events.size() + 2);  // + the "more" line
   size_t room = height > reserved ? height - reserved : 1;
-  for (size_t i = 0; i < pods.size() && i < room; ++i) {
-    const v1::Pod& p = pods[i];
-    std::string kind = v1::PodKind_Name(p.kind()).substr(9);  // POD_KIND_
-    std::transform(kind.begin(), kind.end(), kind.begin(), [](unsigned char c) { return std::tolower(c); });
-    std::string sized = p.shm().sized_by().empty() ? "-" : p.shm().sized_by();
-    if (!p.shm().requested_source().empty()) sized += " (" + p.shm().requested_source() + ")";
-    lines.push_back(FitName((p.namespace_().empty() ? "" : p.namespace_() + "/") + p.name(), name_w) + "  " +
-                    Pad(kind, 10) + "  " + Bar(UseRatio(p)) + "  " +
-                    Pad(std::to_string(static_cast<int>(UseRatio(p) * 100 + 0.5)) + "%", 4, true) + "  " +
-                    Pad(Iec(p.shm().used_bytes()), 9, true) + "  " + Pad(Iec(p.shm().size_bytes()), 9, true) + "  " +
-                    Pad(Iec(p.leaked_bytes()), 9, true) + "  " + sized);
-  }
+  for (size_t i = 0; i < pods.size() && i < room; ++i) lines.push_back(PodRow(pods[i], name_w));
   if (pods.size() > room) lines.push_back("... " + std::to_string(pods.size() - room) + " more");
   if (!events.empty()) {
     lines.push_back("");
@@ -180,7 +185,7 @@ class EventFeed {
     }
   }
   void Add(const v1::Event& e) {
-    std::string pod = e.pod().namespace_().empty() ? e.pod().name() : e.pod().namespace_() + "/" + e.pod().name();
+    std::string pod = PodName(e.pod().namespace_(), e.pod().name());
     std::string time = google::protobuf::util::TimeUtil::ToString(e.time());
     {
       std::lock_guard<std::mutex> l(mu_);
