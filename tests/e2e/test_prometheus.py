@@ -22,7 +22,7 @@ FOR = 4     # seconds: the test copy's `for:` of the usage and agent-down alerts
 MONITORING = REPO / "deploy" / "monitoring"
 
 
-def test_rules(for_seconds):
+def rules_for_test(for_seconds):
     """The shipped rules with a short `for:` on the usage and agent-down alerts; everything else as shipped."""
     rules = yaml.safe_load((MONITORING / "shmkeeper-rules.yaml").read_text())
     out = copy.deepcopy(rules)
@@ -31,9 +31,6 @@ def test_rules(for_seconds):
             if r.get("alert") in ("ShmkeeperPodShmNearlyFull", "ShmkeeperPodShmFull", "ShmkeeperAgentDown"):
                 r["for"] = f"{for_seconds}s"
     return out
-
-
-test_rules.__test__ = False  # a helper, not a test
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +46,7 @@ def stack(tmp_path_factory):
         config = {"global": {"scrape_interval": f"{SCRAPE}s", "evaluation_interval": f"{SCRAPE}s"},
                   "scrape_configs": [{"job_name": "shmkeeper", "static_configs": [
                       {"targets": [f"127.0.0.1:{agent.metrics_port()}"], "labels": {"node": "testnode"}}]}]}
-        prom = PrivatePrometheus(base / "prometheus", config, test_rules(FOR)).start()
+        prom = PrivatePrometheus(base / "prometheus", config, rules_for_test(FOR)).start()
         wait_for(lambda: prom.query(f'shmkeeper_pod_shm_size_bytes{{pod="{shm.path}"}} == {SIZE}'), timeout=30,
                  what="the pod's size in Prometheus")
         yield agent, prom, shm
@@ -96,7 +93,8 @@ def test_80_percent_alert_fires_with_the_pods_labels_and_resolves(stack):
 # Series the dashboard and rules use that the agent of this branch does not export yet (the reclaim
 # work adds them); a query naming one of these may come back empty, every other query must return data.
 NOT_YET_EXPORTED = {"shmkeeper_last_scan_timestamp_seconds", "shmkeeper_reclaim_errors_total",
-                    "shmkeeper_reclaim_kept_total", "shmkeeper_event_datagrams_rejected_total"}
+                    "shmkeeper_reclaim_kept_total", "shmkeeper_event_datagrams_rejected_total",
+                    "shmkeeper_pod_unheld_bytes"}
 GRAFANA_VARIABLES = {"$node": ".*", "$namespace": ".*", "$__rate_interval": "1m"}
 
 
