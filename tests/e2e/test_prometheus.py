@@ -94,7 +94,8 @@ def test_80_percent_alert_fires_with_the_pods_labels_and_resolves(stack):
 # work adds them); a query naming one of these may come back empty, every other query must return data.
 NOT_YET_EXPORTED = {"shmkeeper_last_scan_timestamp_seconds", "shmkeeper_reclaim_errors_total",
                     "shmkeeper_reclaim_kept_total", "shmkeeper_event_datagrams_rejected_total",
-                    "shmkeeper_pod_unheld_bytes"}
+                    "shmkeeper_pod_unheld_bytes", "shmkeeper_node_unheld_bytes", "shmkeeper_reclaim_raced_total",
+                    "shmkeeper_quarantine_restored_total"}
 GRAFANA_VARIABLES = {"$node": ".*", "$namespace": ".*", "$__rate_interval": "1m"}
 
 
