@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <deque>
 #include <iostream>
@@ -261,10 +262,11 @@ void InstallSignals() {
   sigaction(SIGWINCH, &sa, nullptr);
 }
 
-// Reads pending keys; returns false on q.
+// Reads pending keys; returns false on q, or when the terminal is gone.
 bool HandleKeys(int fd, std::string* sort) {
   char buf[64];
   ssize_t n = ::read(fd, buf, sizeof(buf));
+  if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return false;
   for (ssize_t i = 0; i < n; ++i) {
     if (buf[i] == 'q' || buf[i] == 'Q') return false;
     if (buf[i] == 's' || buf[i] == 'S') {
@@ -289,6 +291,7 @@ Status Live(v1::ShmKeeper::Stub& stub, TopFlags f, Numbers first) {
       RawTerminal::Draw(Frame(now.node, now.pods, f.sort, feed.Recent(), error, w, h));
       pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {wake[0], POLLIN, 0}};
       int ready = ::poll(fds, 2, static_cast<int>(f.interval_s * 1000));
+      if (ready > 0 && (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) && !(fds[0].revents & POLLIN)) break;
       if (ready > 0 && (fds[0].revents & POLLIN) && !HandleKeys(STDIN_FILENO, &f.sort)) break;
       if (ready > 0 && (fds[1].revents & POLLIN)) {
         char drain[256];

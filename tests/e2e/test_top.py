@@ -35,6 +35,17 @@ class Tmux:
             raise AssertionError(f"{e}\nscreen:\n{self.screen()}") from None
 
 
+def start_top(tmux, agent, tmp_path):
+    # tmux does not always record a dead pane's exit status: the shell writes it down.
+    tmux.exit_file = tmp_path / "top.exit"
+    tmux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "150", "-y", "30",
+         f"{CLI} top --agent {agent.sock} --interval 0.5; echo $? > {tmux.exit_file}; sleep 600")
+
+
+def exited(tmux, status):
+    return tmux.exit_file.exists() and tmux.exit_file.read_text() == f"{status}\n"
+
+
 @pytest.fixture
 def setup(tmp_path):
     require(os.geteuid() == 0, "needs root (mounts a tmpfs)")
@@ -45,10 +56,7 @@ def setup(tmp_path):
     try:
         agent = AgentProcess.watching(tmp_path, [small.path, big.path]).start()
         tmux = Tmux(tmp_path / "tmux.sock")
-        # tmux does not always record a dead pane's exit status: the shell writes it down.
-        tmux.exit_file = tmp_path / "top.exit"
-        tmux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "150", "-y", "30",
-             f"{CLI} top --agent {agent.sock} --interval 0.5; echo $? > {tmux.exit_file}; sleep 600")
+        start_top(tmux, agent, tmp_path)
         yield tmux, small, big
     finally:
         if tmux:
@@ -90,8 +98,16 @@ def test_top_follows_usage_sorts_and_quits(setup):
     tmux.wait(lambda: percent(tmux.row(s)) == 0, "small back to 0%")
 
     tmux("send-keys", "-t", "top", "q")
-    tmux.wait(lambda: tmux.exit_file.exists() and tmux.exit_file.read_text() == "0\n", "top to exit 0 on q")
+    tmux.wait(lambda: exited(tmux, 0), "top to exit 0 on q")
     assert "sort:" not in tmux.screen()  # the alternate screen is gone: the shell's screen is back
+
+
+def test_top_quits_on_ctrl_c(setup):
+    tmux = setup[0]
+    tmux.wait(lambda: tmux.row("/small"), "the view")
+    tmux("send-keys", "-t", "top", "C-c")
+    tmux.wait(lambda: exited(tmux, 0), "top to exit 0 on Ctrl-C")
+    assert "sort:" not in tmux.screen()
 
 
 def test_top_without_a_terminal_or_agent_says_so_in_one_line(tmp_path):
