@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "agent_client.h"
+#include "shmkeeper/fileutil.h"
 
 namespace shmkeeper::cli {
 namespace {
@@ -277,34 +278,34 @@ bool HandleKeys(int fd, std::string* sort) {
   return true;
 }
 
+// Drains the wake-up pipe (its bytes only say "something happened").
+void Drain(int fd) {
+  char buf[256];
+  while (::read(fd, buf, sizeof(buf)) > 0) {
+  }
+}
+
 Status Live(v1::ShmKeeper::Stub& stub, TopFlags f, Numbers first) {
   SHMK_ASSIGN_OR_RETURN(std::unique_ptr<RawTerminal> term, RawTerminal::Open());
-  int wake[2];
-  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno(errno, "pipe");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno(errno, "pipe");
+  UniqueFd wake_read(fds[0]), wake_write(fds[1]);
   InstallSignals();
   Numbers now = std::move(first);
   std::string error;
-  {
-    EventFeed feed(&stub, f.ns, wake[1]);
-    while (!g_quit) {
-      auto [w, h] = RawTerminal::Size();
-      RawTerminal::Draw(Frame(now.node, now.pods, f.sort, feed.Recent(), error, w, h));
-      pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {wake[0], POLLIN, 0}};
-      int ready = ::poll(fds, 2, static_cast<int>(f.interval_s * 1000));
-      if (ready > 0 && (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) && !(fds[0].revents & POLLIN)) break;
-      if (ready > 0 && (fds[0].revents & POLLIN) && !HandleKeys(STDIN_FILENO, &f.sort)) break;
-      if (ready > 0 && (fds[1].revents & POLLIN)) {
-        char drain[256];
-        while (::read(wake[0], drain, sizeof(drain)) > 0) {
-        }
-      }
-      Result<Numbers> next = Fetch(stub, f);
-      error = next.ok() ? "" : next.status().message();
-      if (next.ok()) now = std::move(*next);
-    }
+  EventFeed feed(&stub, f.ns, wake_write.get());  // joined before the pipe closes
+  while (!g_quit) {
+    auto [w, h] = RawTerminal::Size();
+    RawTerminal::Draw(Frame(now.node, now.pods, f.sort, feed.Recent(), error, w, h));
+    pollfd in[2] = {{STDIN_FILENO, POLLIN, 0}, {wake_read.get(), POLLIN, 0}};
+    int ready = ::poll(in, 2, static_cast<int>(f.interval_s * 1000));
+    if (ready > 0 && (in[0].revents & (POLLHUP | POLLERR | POLLNVAL)) && !(in[0].revents & POLLIN)) break;
+    if (ready > 0 && (in[0].revents & POLLIN) && !HandleKeys(STDIN_FILENO, &f.sort)) break;
+    if (ready > 0 && (in[1].revents & POLLIN)) Drain(wake_read.get());
+    Result<Numbers> next = Fetch(stub, f);
+    error = next.ok() ? "" : next.status().message();
+    if (next.ok()) now = std::move(*next);
   }
-  ::close(wake[0]);
-  ::close(wake[1]);
   return Status::Ok();
 }
 
