@@ -10,7 +10,8 @@ build=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc lib
        protobuf-compiler libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libgtest-dev
        libcli11-dev libspdlog-dev libtomlplusplus-dev)
 runtime=(docker.io containerd runc busybox-static iproute2 util-linux)
-test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format libclang-rt-14-dev lsof git)
+test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format libclang-rt-14-dev lsof git
+      prometheus tmux)
 
 want=()
 for group in "$@"; do
@@ -23,6 +24,8 @@ for group in "$@"; do
 done
 
 missing=()
+# The dashboard test installs Grafana's schema with npm; Debian's npm unless an npm is there already.
+if [[ " ${want[*]} " == *" prometheus "* ]] && ! command -v npm >/dev/null; then want+=(npm); fi
 for pkg in "${want[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$pkg")

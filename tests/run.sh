@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole shmkeeper test suite, as root on Debian 12:
-#   1. installs what the tests need (Debian packages only) and checks formatting
+#   1. installs what the tests need (Debian packages only), checks formatting and
+#      unit-tests the Prometheus rules with promtool
 #   2. builds with g++ and runs the unit tests (ctest)
 #   3. builds with clang + AddressSanitizer/UBSan + libFuzzer, runs the unit
 #      tests and the real-runc integration tests on that build, and runs every
@@ -25,6 +26,10 @@ deploy/install-deps.sh test
 stage "format (clang-format --dry-run --Werror, .clang-format)"
 git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
 echo "formatted: $(git ls-files '*.cc' '*.h' '*.c' | wc -l) files"
+
+stage "Prometheus rules (promtool check rules, promtool test rules)"
+promtool check rules deploy/monitoring/shmkeeper-rules.yaml
+(cd tests/monitoring && promtool test rules shmkeeper-rules.test.yaml)
 
 stage "build (g++)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -10,12 +10,13 @@
 
 namespace shmkeeper::cli {
 
-void AgentFlags::Add(CLI::App* cmd) {
+void AgentFlags::Add(CLI::App* cmd, bool with_output) {
   cmd->add_option("--agent", agent, "Agent address: unix:///path, /path or host:port")->capture_default_str();
   cmd->add_option("--tls-ca", tls_ca, "CA certificate (PEM) to verify a TCP agent");
   cmd->add_option("--tls-cert", tls_cert, "Client certificate (PEM) for mTLS");
   cmd->add_option("--tls-key", tls_key, "Client key (PEM) for mTLS");
   cmd->add_flag("--insecure", insecure, "Plaintext TCP (only for an agent configured with tcp.insecure)");
+  if (!with_output) return;
   cmd->add_option("-o,--output", output, "table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
@@ -72,6 +73,14 @@ Status PrintJson(const google::protobuf::Message& msg) {
   std::cout << out;
   return Status::Ok();
 }
+
+std::string KindName(v1::PodKind k) {
+  std::string s = v1::PodKind_Name(k).substr(9);  // POD_KIND_
+  for (char& c : s) c = static_cast<char>(std::tolower(c));
+  return s;
+}
+
+std::string PodName(const std::string& ns, const std::string& name) { return ns.empty() ? name : ns + "/" + name; }
 
 std::string Iec(int64_t bytes) { return bytes <= 0 ? "0" : FormatSize(bytes); }
 

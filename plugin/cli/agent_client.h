@@ -22,7 +22,8 @@ struct AgentFlags {
   bool insecure = false;              // plaintext TCP
   std::string output = "table";       // table or json
 
-  void Add(CLI::App* cmd);
+  // Adds the flags to `cmd`; -o/--output only when `with_output`.
+  void Add(CLI::App* cmd, bool with_output = true);
 };
 
 // A stub for the agent at `flags.agent`, or a usage error.
@@ -38,5 +39,11 @@ void SetDeadline(grpc::ClientContext* ctx);
 Status PrintJson(const google::protobuf::Message& msg);
 
 std::string Iec(int64_t bytes);
+
+// "kubernetes", "compose", "container", "host" (the enum's name without POD_KIND_, lower case).
+std::string KindName(v1::PodKind k);
+
+// "namespace/name", or "name" when the namespace is empty.
+std::string PodName(const std::string& ns, const std::string& name);
 
 }  // namespace shmkeeper::cli

@@ -21,5 +21,6 @@ void RegisterInstall(CLI::App& app, Outcome& outcome);
 void RegisterAgent(CLI::App& app, Outcome& outcome);
 void RegisterCompose(CLI::App& app, Outcome& outcome);
 void RegisterDoctor(CLI::App& app, Outcome& outcome);
+void RegisterTop(CLI::App& app, Outcome& outcome);
 
 }  // namespace shmkeeper::cli

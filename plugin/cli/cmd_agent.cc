@@ -28,14 +28,6 @@ void PrintTable(const Rows& rows) {
   }
 }
 
-std::string Kind(v1::PodKind k) {
-  std::string s = v1::PodKind_Name(k).substr(9);  // POD_KIND_
-  for (char& c : s) c = static_cast<char>(std::tolower(c));
-  return s;
-}
-
-std::string PodName(const std::string& ns, const std::string& name) { return ns.empty() ? name : ns + "/" + name; }
-
 std::string Seconds(const google::protobuf::Duration& d) {
   int64_t s = TimeUtil::DurationToSeconds(d);
   if (s < 120) return std::to_string(s) + "s";
@@ -95,7 +87,7 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
     std::string req_s = u.requested_bytes() ? Iec(u.requested_bytes()) + " (" + u.requested_source() +
                                                   (u.sized_by().empty() ? "" : ", by " + u.sized_by()) + ")"
                                             : "-";
-    rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), Kind(p.kind()), Iec(u.size_bytes()),
+    rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), KindName(p.kind()), Iec(u.size_bytes()),
                     Iec(u.used_bytes()), Iec(u.peak_used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()),
                     Iec(u.sysv_bytes()), Iec(p.unheld_bytes()), Iec(p.leaked_bytes()), req_s});
   }

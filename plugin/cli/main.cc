@@ -6,7 +6,8 @@
 namespace shmkeeper::cli {
 namespace {
 
-constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent, RegisterCompose, RegisterDoctor};
+constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent,
+                                RegisterCompose, RegisterDoctor,  RegisterTop};
 
 int Run(int argc, char** argv) {
   CLI::App app{"shmkeeper: right-sized /dev/shm and visible, safe shared memory for containers", "shmkeeper"};

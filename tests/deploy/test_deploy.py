@@ -88,21 +88,62 @@ def test_runtimeclass_names_the_handler_install_registers(rendered):
     assert rc["metadata"]["name"] == "shmkeeper" and rc["handler"] == "shmkeeper"
 
 
-def test_components_render(tmp_path):
+def kustomize_overlay(tmp_path, components):
+    """Renders an overlay of the base with the given components (kustomize wants relative paths)."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
+    up = Path("..") / Path(*[".."] * len(tmp_path.parts[1:]))
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [str(Path("..") / Path(*[".."] * len(tmp_path.parts[1:])) / BASE.relative_to("/"))],
-        "components": [str(Path("..") / Path(*[".."] * len(tmp_path.parts[1:])) / (BASE / c).relative_to("/"))
-                       for c in ("components/agent-only", "components/servicemonitor")]}))
-    docs = kustomize(overlay)
+        "resources": [str(up / BASE.relative_to("/"))],
+        "components": [str(up / (BASE / c).relative_to("/")) for c in components]}))
+    return kustomize(overlay)
+
+
+def test_components_render(tmp_path):
+    docs = kustomize_overlay(tmp_path, ("components/agent-only", "components/servicemonitor"))
     pod = by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
     init_env = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
     assert init_env["SHMKEEPER_AGENT_ONLY"] == "true"
     assert "--reconcile" in pod["containers"][0]["command"]
     assert {e["name"]: e["value"] for e in pod["containers"][0]["env"]}["SHMKEEPER_AGENT_ONLY"] == "true"
-    assert by_kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["port"] == "metrics"
+    endpoint = by_kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"job", "node"}  # what the rules select on
+
+
+# ---- monitoring: rules and dashboard as the operator and Grafana's sidecar get them --
+
+MONITORING = REPO / "deploy" / "monitoring"
+
+
+def test_monitoring_copies_are_in_sync():
+    p = run(["python3", MONITORING / "sync.py", "--check"], check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_prometheusrule_and_dashboard_components_render(tmp_path):
+    require(shutil.which("promtool") is not None, "promtool (prometheus) is not installed")
+    docs = kustomize_overlay(tmp_path, ("components/prometheusrule", "components/grafana-dashboard"))
+    rule = by_kind(docs, "PrometheusRule")[0]
+    assert rule["metadata"]["namespace"] == "shmkeeper"
+    assert rule["spec"] == yaml.safe_load((MONITORING / "shmkeeper-rules.yaml").read_text())
+    rendered = tmp_path / "rendered-rules.yaml"
+    rendered.write_text(yaml.safe_dump(rule["spec"]))
+    p = run(["promtool", "check", "rules", rendered], check=False)
+    assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+    cm = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "shmkeeper-grafana-dashboard"][0]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["shmkeeper-dashboard.json"]) == json.loads(
+        (MONITORING / "shmkeeper-dashboard.json").read_text())
+
+
+def test_chart_ships_the_rules_and_the_dashboard():
+    for template in ("prometheusrule.yaml", "grafana-dashboard.yaml"):
+        text = (CHART / "templates" / template).read_text()
+        for name in re.findall(r'\.Files\.Get "([^"]+)"', text):
+            assert (CHART / name).is_file(), f"{template} reads {name}, which the chart lacks"
+    assert (CHART / "files" / "shmkeeper-rules.yaml").read_text() == (MONITORING / "shmkeeper-rules.yaml").read_text()
 
 
 # ---- the Helm chart (no helm binary here: structure and values) ----------------

@@ -122,6 +122,87 @@ def shm_mounts_under(prefix: str):
     return out
 
 
+class HostTmpfs:
+    """A tmpfs this test mounts (and alone unmounts) at `path`: a host shm
+    directory for an agent's `hostShmDirs`, whose usage a test changes by
+    writing and removing files."""
+
+    def __init__(self, path: Path, size_bytes: int):
+        self.path, self.size = path, size_bytes
+        path.mkdir(parents=True, exist_ok=True)
+        run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=1777", "shmk-test", path])
+
+    def fill(self, name, nbytes):
+        """Writes a file of `nbytes` (allocated: tmpfs has no holes for written data)."""
+        with open(self.path / name, "wb") as f:
+            f.write(b"\xa5" * nbytes)
+
+    def remove(self, name):
+        (self.path / name).unlink()
+
+    def umount(self):
+        run(["umount", self.path], check=False)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that is free now (for daemons that need a fixed one)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivatePrometheus:
+    """Debian's prometheus with its own config, rules, data dir and port on 127.0.0.1."""
+
+    def __init__(self, base: Path, config: dict, rules: dict):
+        import yaml
+        self.base, self.port = base, free_port()
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+        (base / "prometheus.yaml").write_text(yaml.safe_dump(dict(config, rule_files=[str(base / "rules.yaml")])))
+        self.log = base / "prometheus.log"
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={self.base / 'prometheus.yaml'}",
+             f"--storage.tsdb.path={self.base / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: self.proc.poll() is not None or self._ready(), timeout=60, what="prometheus ready")
+        if self.proc.poll() is not None:
+            raise AssertionError("prometheus exited:\n" + self.log.read_text()[-3000:])
+        return self
+
+    def _ready(self):
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def api(self, path, **params):
+        """GET /api/v1/<path>; returns its data (fails on an error status)."""
+        import urllib.parse
+        import urllib.request
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr):
+        return self.api("query", query=expr)["result"]
+
+    def alerts(self, name, state="firing"):
+        return [a for a in self.api("alerts")["alerts"] if a["labels"]["alertname"] == name and a["state"] == state]
+
+    def stop(self):
+        stop_process(self.proc, timeout=30)
+        self.proc = None
+
+
 class PrivateDocker:
     """A dockerd of our own: own socket, data root, exec root, pid file, config
     file and network namespace; no bridge, no iptables."""
@@ -218,18 +299,52 @@ class AgentProcess:
     def cli(self, *args, check=True):
         return run([CLI, *args, "--agent", self.sock], check=check, timeout=60)
 
+    def metrics_port(self):
+        """The HTTP port the agent logged at start (for metricsAddress host:0)."""
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{") and json.loads(line).get("msg") == "serving":
+                return json.loads(line)["metrics_port"]
+        raise AssertionError("the agent logged no metrics port:\n" + self.log.read_text()[-3000:])
+
+    def metrics(self):
+        """/metrics as {series text before the value: value}."""
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port()}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line and not line.startswith("#")}
+
     def json(self, *args):
         return json.loads(self.cli(*args, "-o", "json").stdout)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=10)
         self.proc = None
+
+    @classmethod
+    def watching(cls, base: Path, dirs, metrics_address="", scan_interval_s=1):
+        """An agent that watches only the host tmpfs directories `dirs` (no engines, no event socket)."""
+        return cls(base, f"""
+agent:
+  socket: {base}/agent.sock
+  eventSocket: ""
+  metricsAddress: "{metrics_address}"
+  scanInterval: {scan_interval_s}s
+  runtimeRoots: [{base}/no-runtime-root]
+  dockerSocket: ""
+  hostShmDirs: [{", ".join(str(d) for d in dirs)}]
+""")
+
+
+def stop_process(proc, timeout):
+    """SIGTERM, then SIGKILL after `timeout` seconds; None or an exited process is fine."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def terminate(proc, base: Path):
