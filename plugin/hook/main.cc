@@ -8,6 +8,9 @@
 // ShmPath, podman's userdata/shm) by remounting it; "stopped" (poststop) tells
 // the agent the container is gone. Bounded: no network, no waiting on the
 // agent (one non-blocking datagram), a failure to reach it changes nothing.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -17,8 +20,10 @@
 #include "shmkeeper/config.h"
 #include "shmkeeper/decision_log.h"
 #include "shmkeeper/events.h"
+#include "shmkeeper/fileutil.h"
 #include "shmkeeper/json.h"
 #include "shmkeeper/os.h"
+#include "shmkeeper/runtime_args.h"
 #include "shmkeeper/sizing.h"
 
 namespace shmkeeper {
@@ -55,8 +60,40 @@ std::string StageOf(const std::string& arg, const HookState& s) {
   return s.status;
 }
 
+bool StderrIsDevNull() {
+  struct stat st;
+  return ::fstat(STDERR_FILENO, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+}
+
+// crun (1.8) runs hooks with stderr on /dev/null and reports only "error
+// executing hook ... (exit code: 1)". The reason then goes where the engine
+// reads crun's own errors: crun's stderr (conmon passes it to podman) and the
+// runtime log from crun's --log. Best effort: a failure here changes nothing.
+void TellTheRuntime(const std::string& line) {
+  if (!StderrIsDevNull()) return;  // runc and others pass the hook's stderr on themselves
+  std::string proc = "/proc/" + std::to_string(::getppid());
+  Result<std::string> cmdline = ReadFile(proc + "/cmdline", 64 << 10);
+  if (!cmdline.ok()) return;
+  std::vector<std::string> argv;
+  for (size_t at = 0; at < cmdline->size();) {
+    size_t end = cmdline->find('\0', at);
+    if (end == std::string::npos) end = cmdline->size();
+    argv.push_back(cmdline->substr(at, end - at));
+    at = end + 1;
+  }
+  if (argv.empty()) return;
+  UniqueFd err(::open((proc + "/fd/2").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY));
+  std::string text = line + "\n";
+  if (err.valid() && ::write(err.get(), text.data(), text.size()) < 0) {
+    // Nothing left to tell it through; the runtime log below may still work.
+  }
+  Result<RuntimeArgs> args = ParseRuntimeArgs(std::vector<std::string>(argv.begin() + 1, argv.end()));
+  if (args.ok()) (void)AppendRuntimeLog(args->log_path, args->log_format, "error", line);
+}
+
 void Report(const Config& config, const std::string& id, const char* level, const Status& s) {
   std::fprintf(stderr, "shmkeeper-hook: %s\n", s.message().c_str());
+  if (std::string(level) == "error") TellTheRuntime("shmkeeper-hook: " + s.message());
   Json rec = {{"level", level}, {"msg", s.message()}, {"container", id}, {"by", "hook"}};
   (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
 }
