@@ -23,7 +23,7 @@
 
 namespace shmkeeper {
 
-enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4 };
+enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4, kPodman = 5 };
 enum class LeakState { kOrphaned = 1, kLeaked = 2 };
 
 struct PodKey {
