@@ -82,13 +82,18 @@ void TellTheRuntime(const std::string& line) {
     at = end + 1;
   }
   if (argv.empty()) return;
-  UniqueFd err(::open((proc + "/fd/2").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY));
-  std::string text = line + "\n";
-  if (err.valid() && ::write(err.get(), text.data(), text.size()) < 0) {
-    // Nothing left to tell it through; the runtime log below may still work.
-  }
+  // Only files that are already there (the runtime made them): nothing is created.
+  auto append = [](const std::string& path, const std::string& text, int flags) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY | flags));
+    if (fd.valid() && ::write(fd.get(), text.data(), text.size()) < 0) {
+      // Best effort: the decision log still has the line.
+    }
+  };
+  append(proc + "/fd/2", line + "\n", 0);  // a /proc fd link: reopens crun's stderr pipe
   Result<RuntimeArgs> args = ParseRuntimeArgs(std::vector<std::string>(argv.begin() + 1, argv.end()));
-  if (args.ok()) (void)AppendRuntimeLog(args->log_path, args->log_format, "error", line);
+  if (args.ok() && !args->log_path.empty()) {
+    append(args->log_path, RuntimeLogLine(args->log_format, "error", line) + "\n", O_NOFOLLOW);
+  }
 }
 
 void Report(const Config& config, const std::string& id, const char* level, const Status& s) {
