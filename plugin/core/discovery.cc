@@ -4,6 +4,8 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cctype>
 #include <memory>
 
 #include "shmkeeper/decision_log.h"
@@ -37,7 +39,42 @@ std::string BundleFromLabels(const Json& labels) {
   return "";
 }
 
-void ReadBundle(ContainerRecord* c) {
+bool IsHexId(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char ch) { return std::isxdigit(ch) && !std::isupper(ch); });
+}
+
+// Names in one containers-storage containers.json, by container id.
+using StorageNames = std::map<std::string, std::string>;
+
+StorageNames ReadStorageNames(const std::string& path) {
+  StorageNames out;
+  Result<std::string> text = ReadFile(path, 64 << 20);
+  if (!text.ok()) return out;
+  Json list = Json::parse(*text, nullptr, false);
+  if (!list.is_array()) return out;
+  for (const Json& e : list) {
+    if (!e.is_object() || !e.contains("names") || !e["names"].is_array() || e["names"].empty()) continue;
+    if (e["names"][0].is_string()) out[StringField(e, "id")] = e["names"][0].get<std::string>();
+  }
+  return out;
+}
+
+// podman writes no name or pod into the spec: the name is in its storage,
+// the pod id in the cgroup path, the pod name in the infra's hostname.
+void ReadPodman(Spec& spec, std::map<std::string, StorageNames>* storage, ContainerRecord* c) {
+  std::string file = PodmanStorageFile(c->bundle, c->id);
+  if (!file.empty()) {
+    auto it = storage->find(file);
+    if (it == storage->end()) it = storage->emplace(file, ReadStorageNames(file)).first;
+    if (auto n = it->second.find(c->id); n != it->second.end()) c->name = n->second;
+  }
+  const Json& linux = spec.doc().contains("linux") ? spec.doc()["linux"] : Json();
+  c->pod_id = PodmanPodId(linux.is_object() ? StringField(linux, "cgroupsPath") : "");
+  if (!c->pod_id.empty() && c->owns_shm) c->pod_name = StringField(spec.doc(), "hostname");
+}
+
+void ReadBundle(ContainerRecord* c, std::map<std::string, StorageNames>* storage) {
   if (c->bundle.empty()) return;
   Result<Spec> spec = Spec::Load(c->bundle);
   if (!spec.ok()) return;
@@ -52,13 +89,19 @@ void ReadBundle(ContainerRecord* c) {
     std::string type = StringField(mount, "type");
     if (type == "bind" || type.empty()) c->shm_bind_source = StringField(mount, "source");
   }
+  c->owns_shm = c->shm_bind_source.empty() || c->shm_bind_source.find("/" + c->id + "/") != std::string::npos;
   auto ctr_name = c->annotations.find("io.kubernetes.cri.container-name");
   if (ctr_name != c->annotations.end()) c->name = ctr_name->second;
+  if (auto m = c->annotations.find("io.container.manager"); m != c->annotations.end() && m->second == "libpod") {
+    ReadPodman(*spec, storage, c);
+  }
   Result<std::optional<ShmRequest>> req = UserShmRequest(*spec);
   if (std::optional<SizingRecord> rec = ReadSizingRecord(c->bundle)) {
     c->sized_by = rec->by;
     c->requested_bytes = rec->bytes;
     c->requested_source = rec->source;
+  } else if (!c->owns_shm) {
+    // Another container's tmpfs (a pod's): its size is that container's decision, not this spec's.
   } else if (req.ok() && req->has_value()) {
     c->requested_bytes = (*req)->bytes;
     c->requested_source = (*req)->source;
@@ -70,18 +113,33 @@ void ReadBundle(ContainerRecord* c) {
   }
 }
 
-bool ReadState(const std::string& root, const std::string& id, const std::string& proc, ContainerRecord* c) {
-  Result<std::string> text = ReadFile(root + "/" + id + "/state.json", 4 << 20);
+// runc keeps <root>/<id>/state.json; crun keeps <root>/<id>/status.
+bool ReadRuntimeState(const std::string& root, const std::string& id, ContainerRecord* c) {
+  if (Result<std::string> text = ReadFile(root + "/" + id + "/state.json", 4 << 20); text.ok()) {
+    Json st = Json::parse(*text, nullptr, false);
+    if (!st.is_object()) return false;
+    c->id = StringField(st, "id", id);
+    c->pid = IntegerField<int>(st, "init_process_pid", 0);
+    c->start_ticks = IntegerField<uint64_t>(st, "init_process_start", 0);
+    if (st.contains("config") && st["config"].is_object() && st["config"].contains("labels")) {
+      c->bundle = BundleFromLabels(st["config"]["labels"]);
+    }
+    return true;
+  }
+  Result<std::string> text = ReadFile(root + "/" + id + "/status", 1 << 20);
   if (!text.ok()) return false;
   Json st = Json::parse(*text, nullptr, false);
   if (!st.is_object()) return false;
-  c->id = StringField(st, "id", id);
+  c->id = id;
+  c->pid = IntegerField<int>(st, "pid", 0);
+  c->start_ticks = IntegerField<uint64_t>(st, "process-start-time", 0);
+  c->bundle = StringField(st, "bundle");
+  return true;
+}
+
+bool ReadState(const std::string& root, const std::string& id, const std::string& proc, ContainerRecord* c) {
+  if (!ReadRuntimeState(root, id, c)) return false;
   c->runtime_root = root;
-  c->pid = IntegerField<int>(st, "init_process_pid", 0);
-  c->start_ticks = IntegerField<uint64_t>(st, "init_process_start", 0);
-  if (st.contains("config") && st["config"].is_object() && st["config"].contains("labels")) {
-    c->bundle = BundleFromLabels(st["config"]["labels"]);
-  }
   uint64_t live_start = 0;
   if (c->pid <= 0 || !ReadProcStat(c->pid, nullptr, &live_start, proc)) return false;
   return c->start_ticks == 0 || live_start == c->start_ticks;
@@ -94,13 +152,33 @@ std::vector<std::string> DefaultRuntimeRoots() {
           "/run/crun"};
 }
 
+std::string PodmanStorageFile(const std::string& bundle, const std::string& id) {
+  std::string tail = "-containers/" + id + "/userdata";
+  if (id.empty() || !bundle.ends_with(tail)) return "";
+  return bundle.substr(0, bundle.size() - id.size() - std::string("/userdata").size()) + "containers.json";
+}
+
+std::string PodmanPodId(const std::string& cgroups_path) {
+  size_t at = cgroups_path.find("libpod_pod_");
+  if (at != std::string::npos) {  // systemd
+    std::string id = cgroups_path.substr(at + 11, 64);
+    return IsHexId(id) ? id : "";
+  }
+  size_t last = cgroups_path.rfind("/libpod-");
+  if (last == std::string::npos || last == 0) return "";
+  size_t parent = cgroups_path.rfind('/', last - 1);
+  std::string id = cgroups_path.substr(parent + 1, last - parent - 1);
+  return IsHexId(id) ? id : "";
+}
+
 std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots, const std::string& proc) {
   std::vector<ContainerRecord> out;
+  std::map<std::string, StorageNames> storage;  // each podman storage file read once per discovery
   for (const std::string& root : roots) {
     for (const std::string& id : ListDir(root)) {
       ContainerRecord c;
       if (!ReadState(root, id, proc, &c)) continue;
-      ReadBundle(&c);
+      ReadBundle(&c, &storage);
       out.push_back(std::move(c));
     }
   }

@@ -1,8 +1,11 @@
 #include "shmkeeper/hook_config.h"
 
 #include <toml++/toml.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <sstream>
 
 #include "shmkeeper/fileutil.h"
@@ -14,6 +17,7 @@ namespace {
 
 constexpr const char* kHookFile = "shmkeeper.json";
 constexpr const char* kDropInFile = "99-shmkeeper.conf";
+constexpr const char* kCreatedDirsFile = ".shmkeeper-created-dirs";  // not *.json: engines skip it
 constexpr const char* kDropInHeader = "# Written by `shmkeeper install crio`; `shmkeeper uninstall crio` removes it.\n";
 
 struct Owned {
@@ -48,6 +52,48 @@ Status CheckOptions(const HookInstallOptions& o) {
     }
   }
   return o.runtime_name.empty() ? Status::Invalid("runtime name is empty") : Status::Ok();
+}
+
+std::string CreatedDirsMarker(const HookInstallOptions& o) { return o.root + o.hooks_dir + "/" + kCreatedDirsFile; }
+
+// The directories above and including each file's that do not exist yet,
+// outermost first.
+std::vector<std::string> MissingDirs(const std::vector<Owned>& files) {
+  std::vector<std::string> out;
+  for (const Owned& f : files) {
+    std::vector<std::string> chain;
+    for (std::string d = f.path.substr(0, f.path.rfind('/')); d.size() > 1 && !PathExists(d);
+         d = d.substr(0, d.rfind('/'))) {
+      chain.insert(chain.begin(), d);
+    }
+    for (std::string& d : chain) {
+      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
+// Removes the directories install created (listed in the marker), innermost
+// first, each only when empty and only one that leads to a file shmkeeper owns.
+Status RemoveCreatedDirs(const HookInstallOptions& o, const std::vector<Owned>& files) {
+  std::string marker = CreatedDirsMarker(o);
+  SHMK_ASSIGN_OR_RETURN(OptionalFile listed, ReadOptionalFile(marker, 64 << 10));
+  if (!listed.exists) return Status::Ok();
+  SHMK_RETURN_IF_ERROR(RemoveFile(marker));
+  std::vector<std::string> dirs;
+  std::istringstream in(listed.text);
+  for (std::string d; std::getline(in, d);) {
+    bool leads_to_ours = std::any_of(files.begin(), files.end(), [&](const Owned& f) {
+      return !d.empty() && d[0] == '/' && f.path.starts_with(d + "/") && d.find("/..") == std::string::npos;
+    });
+    if (leads_to_ours) dirs.push_back(d);
+  }
+  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) {
+    if (::rmdir(d->c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST) {
+      return Status::FromErrno(errno, "rmdir " + *d);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -94,10 +140,16 @@ Result<std::vector<FileChange>> InstallHook(const HookInstallOptions& o) {
     out.push_back({f.path, {cur.text != f.content || !cur.exists, cur.text, f.content, false}});
   }
   if (o.dry_run) return out;
+  std::vector<std::string> created = MissingDirs(Files(o));
   for (const FileChange& f : out) {
     if (!f.change.changed) continue;
     SHMK_RETURN_IF_ERROR(MakeDirs(f.path.substr(0, f.path.rfind('/'))));
     SHMK_RETURN_IF_ERROR(WriteFileAtomic(f.path, f.change.after, 0644));
+  }
+  if (!created.empty()) {  // uninstall removes exactly these again
+    std::string text;
+    for (const std::string& d : created) text += d + "\n";
+    SHMK_RETURN_IF_ERROR(WriteFileAtomic(CreatedDirsMarker(o), text, 0644));
   }
   return out;
 }
@@ -115,6 +167,7 @@ Result<std::vector<FileChange>> UninstallHook(const HookInstallOptions& o) {
   for (const FileChange& f : out) {
     if (f.change.changed) SHMK_RETURN_IF_ERROR(RemoveFile(f.path));
   }
+  SHMK_RETURN_IF_ERROR(RemoveCreatedDirs(o, Files(o)));
   return out;
 }
 

@@ -35,6 +35,10 @@ std::string PodIdOf(const ContainerRecord& c, PodRecord* p) {
               Get(c.annotations, "io.kubernetes.cri.sandbox-uid")};
     return "cri:" + sandbox;
   }
+  if (!c.pod_id.empty()) {  // a podman pod: named by its infra container (GroupPods)
+    p->key = {PodKind::kPodman, "", c.pod_id.substr(0, 12), c.pod_id};
+    return "podman:" + c.pod_id;
+  }
   std::string project = Get(c.labels, "com.docker.compose.project");
   std::string name = c.name.empty() ? c.id.substr(0, 12) : c.name;
   if (!project.empty()) {
@@ -54,7 +58,10 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
     std::string id = PodIdOf(c, &fresh);
     auto [it, inserted] = pods.try_emplace(id, std::move(fresh));
     PodRecord& p = it->second;
-    bool sandbox = Get(c.annotations, "io.kubernetes.cri.container-type") == "sandbox";
+    // The container whose tmpfs the pod shares decides what the pod's row shows.
+    bool sandbox = Get(c.annotations, "io.kubernetes.cri.container-type") == "sandbox" ||
+                   (!c.pod_id.empty() && c.owns_shm && !c.shm_bind_source.empty());
+    if (!c.pod_name.empty()) p.key.name = c.pod_name;
     if (inserted || sandbox) {
       p.access_pid = c.pid;
       p.annotations = c.annotations;
@@ -389,6 +396,8 @@ const char* PodKindName(PodKind kind) {
       return "container";
     case PodKind::kHost:
       return "host";
+    case PodKind::kPodman:
+      return "podman";
   }
   return "?";
 }

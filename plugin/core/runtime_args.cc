@@ -66,6 +66,7 @@ Result<RuntimeArgs> ParseRuntimeArgs(const std::vector<std::string>& args) {
     }
     if (f.name == "log") out.log_path = value;
     if (f.name == "log-format") out.log_format = value;
+    if (f.name == "root") out.root = value;
     out.passthrough.insert(out.passthrough.end(), args.begin() + first, args.begin() + i + 1);
   }
   if (i == args.size()) return out;

@@ -73,6 +73,10 @@ using Request = ShmRequest;
 
 }  // namespace
 
+int64_t EngineDefaultShmBytes(const Spec& spec) {
+  return spec.Annotation("io.container.manager") == "libpod" ? kPodmanDefaultShmBytes : kEngineDefaultShmBytes;
+}
+
 // The first size the user asked for, in precedence order.
 Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
   static constexpr std::array<const char*, 3> kAnnotations = {kShmSizeAnnotation, kCrioShmSizeAnnotation,
@@ -152,7 +156,7 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
   Request req;
   if (user) {
     req = *user;
-  } else if (plan.target.current_bytes != kEngineDefaultShmBytes) {
+  } else if (plan.target.current_bytes != EngineDefaultShmBytes(spec)) {
     req = Request{plan.target.current_bytes, "engine", FormatSize(plan.target.current_bytes)};
   } else {
     req = PolicyRequest(spec, config, os);

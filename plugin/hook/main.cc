@@ -8,6 +8,9 @@
 // ShmPath, podman's userdata/shm) by remounting it; "stopped" (poststop) tells
 // the agent the container is gone. Bounded: no network, no waiting on the
 // agent (one non-blocking datagram), a failure to reach it changes nothing.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -17,8 +20,10 @@
 #include "shmkeeper/config.h"
 #include "shmkeeper/decision_log.h"
 #include "shmkeeper/events.h"
+#include "shmkeeper/fileutil.h"
 #include "shmkeeper/json.h"
 #include "shmkeeper/os.h"
+#include "shmkeeper/runtime_args.h"
 #include "shmkeeper/sizing.h"
 
 namespace shmkeeper {
@@ -55,8 +60,45 @@ std::string StageOf(const std::string& arg, const HookState& s) {
   return s.status;
 }
 
+bool StderrIsDevNull() {
+  struct stat st;
+  return ::fstat(STDERR_FILENO, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+}
+
+// crun (1.8) runs hooks with stderr on /dev/null and reports only "error
+// executing hook ... (exit code: 1)". The reason then goes where the engine
+// reads crun's own errors: crun's stderr (conmon passes it to podman) and the
+// runtime log from crun's --log. Best effort: a failure here changes nothing.
+void TellTheRuntime(const std::string& line) {
+  if (!StderrIsDevNull()) return;  // runc and others pass the hook's stderr on themselves
+  std::string proc = "/proc/" + std::to_string(::getppid());
+  Result<std::string> cmdline = ReadFile(proc + "/cmdline", 64 << 10);
+  if (!cmdline.ok()) return;
+  std::vector<std::string> argv;
+  for (size_t at = 0; at < cmdline->size();) {
+    size_t end = cmdline->find('\0', at);
+    if (end == std::string::npos) end = cmdline->size();
+    argv.push_back(cmdline->substr(at, end - at));
+    at = end + 1;
+  }
+  if (argv.empty()) return;
+  // Only files that are already there (the runtime made them): nothing is created.
+  auto append = [](const std::string& path, const std::string& text, int flags) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY | flags));
+    if (fd.valid() && ::write(fd.get(), text.data(), text.size()) < 0) {
+      // Best effort: the decision log still has the line.
+    }
+  };
+  append(proc + "/fd/2", line + "\n", 0);  // a /proc fd link: reopens crun's stderr pipe
+  Result<RuntimeArgs> args = ParseRuntimeArgs(std::vector<std::string>(argv.begin() + 1, argv.end()));
+  if (args.ok() && !args->log_path.empty()) {
+    append(args->log_path, RuntimeLogLine(args->log_format, "error", line) + "\n", O_NOFOLLOW);
+  }
+}
+
 void Report(const Config& config, const std::string& id, const char* level, const Status& s) {
   std::fprintf(stderr, "shmkeeper-hook: %s\n", s.message().c_str());
+  if (std::string(level) == "error") TellTheRuntime("shmkeeper-hook: " + s.message());
   Json rec = {{"level", level}, {"msg", s.message()}, {"container", id}, {"by", "hook"}};
   (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
 }

@@ -2,13 +2,18 @@
 //
 // create/run: decide the container's /dev/shm size, edit the bundle's spec (or
 // remount its engine-made tmpfs), log the decision, then exec the real runtime
-// with the arguments untouched. Every other subcommand is exec'd directly.
+// with the arguments untouched. Every other subcommand is exec'd directly, by
+// the low-level runtime whose state the container is in: an engine's cleanup
+// (podman's `delete --force`) may reach the wrapper without the runtime flags
+// that chose the runtime at create.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "shmkeeper/config.h"
 #include "shmkeeper/decision_log.h"
+#include "shmkeeper/fileutil.h"
 #include "shmkeeper/os.h"
 #include "shmkeeper/runtime_args.h"
 #include "shmkeeper/sizing.h"
@@ -21,7 +26,28 @@ Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
                           *Os::Default());
 }
 
-Result<std::string> RealRuntime(const Config& config) {
+std::string Basename(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// "crun" or "runc" when one of the arguments after the subcommand names a
+// container in that runtime's state directory (crun: <root>/<id>/status, runc:
+// <root>/<id>/state.json; root from --root, else each one's default), else "".
+std::string RuntimeOfExistingContainer(const RuntimeArgs& args) {
+  if (args.subcommand.empty() || args.subcommand == "create" || args.subcommand == "run") return "";
+  auto sub = std::find(args.passthrough.begin(), args.passthrough.end(), args.subcommand);
+  for (auto it = sub == args.passthrough.end() ? sub : sub + 1; it != args.passthrough.end(); ++it) {
+    const std::string& id = *it;
+    if (id.empty() || id[0] == '-' || id == "." || id == ".." || id.find('/') != std::string::npos) continue;
+    if (PathExists((args.root.empty() ? "/run/crun" : args.root) + "/" + id + "/status")) return "crun";
+    if (PathExists((args.root.empty() ? "/run/runc" : args.root) + "/" + id + "/state.json")) return "runc";
+  }
+  return "";
+}
+
+Result<std::string> RealRuntime(const Config& config, const RuntimeArgs& args) {
+  std::string owner = RuntimeOfExistingContainer(args);
+  if (!owner.empty() && Basename(config.runtime.path).find(owner) == std::string::npos) {
+    if (Result<std::string> found = FindExecutable(owner); found.ok()) return found;
+  }
   if (!config.runtime.path.empty()) return FindExecutable(config.runtime.path);
   Result<std::string> runc = FindExecutable("runc");
   if (runc.ok()) return runc;
@@ -49,7 +75,7 @@ int Main(const std::vector<std::string>& argv) {
   }
   Result<Config> loaded = LoadConfig(ResolveConfigPath(args.config_path), !args.config_path.empty());
   Config config = loaded.ok() ? *loaded : Config();
-  Result<std::string> runtime = RealRuntime(config);
+  Result<std::string> runtime = RealRuntime(config, args);
   if (!runtime.ok()) {
     Report(args, config, "error", runtime.status());
     return 1;

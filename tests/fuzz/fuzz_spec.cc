@@ -1,13 +1,18 @@
 // libFuzzer target: any config.json text through Spec::Parse, the /dev/shm
-// planner and the edit; never crashes, and an edited spec still parses.
+// planner and the edit; never crashes, and an edited spec still parses. The
+// text is also a podman cgroupsPath and bundle path for discovery's parsers.
 #include <cstdlib>
 #include <string_view>
 
 #include "../unit/fake_os.h"
+#include "shmkeeper/discovery.h"
 #include "shmkeeper/shm_plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
+  std::string pod = shmkeeper::PodmanPodId(std::string(text));
+  if (!pod.empty() && pod.size() != 64) std::abort();
+  (void)shmkeeper::PodmanStorageFile(std::string(text), "id");
   shmkeeper::Result<shmkeeper::Spec> spec = shmkeeper::Spec::Parse(text, "/b/config.json");
   if (!spec.ok()) return 0;
   shmkeeper::FakeOs os;

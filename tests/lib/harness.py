@@ -453,3 +453,90 @@ state = "{self.state}"
             self.cri("rmp", p["id"], check=False)
         terminate(self.proc, self.base)
         self.proc = None
+
+
+class PrivatePodman:
+    """podman (Debian's 4.3) with everything of its own under `base`: storage
+    root, runroot, tmpdir, hooks dir, containers.conf (CONTAINERS_CONF), so the
+    host's podman state is untouched. `runtime` is the default OCI runtime
+    ("runc", "crun", or "shmkeeper" = the wrapper in front of `wrapped`).
+
+    crun 1.8 refuses a hybrid cgroup v1/v2 host ("cgroups in hybrid mode not
+    supported"): every podman call then runs (nsenter) in one private mount
+    namespace, held by a sleeping process, whose /sys/fs/cgroup/unified is
+    unmounted (the host's stays mounted); the containers, conmon and podman's
+    cleanup inherit it, and mounts podman makes (shm tmpfs) stay in it."""
+
+    def __init__(self, base: Path, runtime="runc", wrapped="runc", wrapper_config=None):
+        import resource
+        self.base = base
+        self.runtime = runtime
+        self.hooks = base / "hooks.d"
+        self.root, self.runroot, self.tmp = base / "storage", base / "run", base / "tmp"
+        self.needs_unshare = "crun" in (runtime, wrapped)
+        limits = []
+        for name, res in [("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)]:
+            hard = resource.getrlimit(res)[1]
+            n = 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
+            limits.append(f'"{name}={n}:{n}"')
+        base.mkdir(parents=True, exist_ok=True)
+        runtimes = f'shmkeeper = ["{RUNTIME}"]\n' if runtime == "shmkeeper" else ""
+        (base / "containers.conf").write_text(f"""[containers]
+default_ulimits = [{", ".join(limits)}]
+init_path = "/usr/bin/catatonit"
+netns = "none"
+[engine]
+runtime = "{runtime}"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "{base}/events.log"
+tmp_dir = "{self.tmp}"
+static_dir = "{self.root}/libpod"
+volume_path = "{self.root}/volumes"
+hooks_dir = ["{self.hooks}"]
+[engine.runtimes]
+{runtimes}[network]
+network_config_dir = "{base}/net"
+""")
+        (base / "storage.conf").write_text(
+            f'[storage]\ndriver = "vfs"\nrunroot = "{self.runroot}"\ngraphroot = "{self.root}"\n')
+        (base / "registries.conf").write_text("unqualified-search-registries = []\n")
+        self.env = dict(os.environ, CONTAINERS_CONF=str(base / "containers.conf"),
+                        CONTAINERS_STORAGE_CONF=str(base / "storage.conf"),
+                        CONTAINERS_REGISTRIES_CONF=str(base / "registries.conf"))
+        if wrapper_config:
+            self.env["SHMKEEPER_CONFIG"] = str(wrapper_config)
+        self.holder = None
+        if self.needs_unshare:
+            self.holder = subprocess.Popen(
+                ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                 "if mountpoint -q /sys/fs/cgroup/unified; then umount /sys/fs/cgroup/unified || exit 99; fi; "
+                 "echo ready; exec sleep infinity"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+            if self.holder.stdout.readline().strip() != "ready":
+                raise AssertionError("could not make a mount namespace without the cgroup2 mount")
+
+    def shell(self, script, *args, check=False, timeout=120):
+        """Runs sh `script` in podman's mount namespace; in it, "$@" is this
+        instance's podman followed by `args`."""
+        cmd = ["podman", "--root", self.root, "--runroot", self.runroot, "--tmpdir", self.tmp]
+        argv = ["sh", "-c", script, "sh", *cmd, *args]
+        if self.holder:
+            argv = ["nsenter", "-t", str(self.holder.pid), "-m", "--", *argv]
+        return run(argv, check=check, timeout=timeout, env=self.env)
+
+    def podman(self, *args, check=True, timeout=120):
+        return self.shell('exec "$@"', *args, check=check, timeout=timeout)
+
+    def import_rootfs(self, ref, rootfs: Path):
+        tar = self.base / (ref.replace("/", "_").replace(":", "_") + ".tar")
+        run(["tar", "-C", rootfs, "-cf", tar, "."])
+        self.podman("import", tar, ref)
+
+    def stop(self):
+        self.podman("pod", "rm", "-f", "-a", check=False)
+        self.podman("rm", "-f", "-a", check=False)
+        for mp in sorted(shm_mounts_under(str(self.base)), reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False)
+        if self.holder:  # the namespace, and whatever podman left mounted in it, goes with it
+            self.holder.kill()
+            self.holder.wait()

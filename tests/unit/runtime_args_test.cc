@@ -22,6 +22,7 @@ TEST(RuntimeArgs, DockerCreate) {
   EXPECT_EQ(r->container_id, "cid");
   EXPECT_EQ(r->log_path, "/b/log.json");
   EXPECT_EQ(r->log_format, "json");
+  EXPECT_EQ(r->root, "/run/docker/runtime-runc/moby");
   EXPECT_EQ(r->passthrough, a);
 }
 

@@ -199,6 +199,31 @@ TEST(Plan, ContainerdSandboxRemountsPodTmpfs) {
   EXPECT_EQ(plan->action, ShmAction::kSkip);
 }
 
+// podman's own default (65536k) is "asked for nothing"; Docker's 64 MiB under
+// podman is a user's --shm-size=64m and is kept, and the other way round.
+TEST(Plan, EachEngineDefaultLetsThePolicyDecide) {
+  std::string src = std::string("/var/lib/containers/storage/overlay-containers/") + kId + "/userdata/shm";
+  struct {
+    const char* manager;
+    int64_t engine_bytes;
+    ShmAction action;
+    const char* source;
+  } cases[] = {{"libpod", kPodmanDefaultShmBytes, ShmAction::kResize, "policy"},
+               {"libpod", 64 * kMiB, ShmAction::kKeep, "engine"},
+               {"", 64 * kMiB, ShmAction::kResize, "policy"},
+               {"", kPodmanDefaultShmBytes, ShmAction::kKeep, "engine"}};
+  for (const auto& c : cases) {
+    FakeOs os;
+    os.fs[src] = FsInfo{true, true, c.engine_bytes, 0, 0};
+    Json j = BindSpec(src);
+    if (*c.manager) Ann(j, "io.container.manager", c.manager);
+    Result<ShmPlan> plan = PlanShm(Make(j), WithPolicy(kGiB, std::nullopt), kId, os);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    EXPECT_EQ(plan->action, c.action) << c.manager << " " << c.engine_bytes;
+    EXPECT_EQ(plan->source, c.source) << c.manager << " " << c.engine_bytes;
+  }
+}
+
 TEST(Plan, HostTmpfsSafetyChecks) {
   FakeOs os;
   std::string src = std::string("/var/lib/docker/containers/") + kId + "/mounts/shm";

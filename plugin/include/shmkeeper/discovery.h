@@ -1,5 +1,5 @@
 // Finding the containers a node really runs: the OCI runtimes' state
-// directories (runc and crun keep <root>/<id>/state.json for every container
+// directories (runc keeps <root>/<id>/state.json, crun <root>/<id>/status, for every container
 // of Docker, containerd and CRI-O), the bundle's config.json for annotations
 // and the size request, and the Docker Engine API for names and compose
 // labels. Everything read here is untrusted input.
@@ -30,7 +30,21 @@ struct ContainerRecord {
   std::string requested_source;
   std::string shm_bind_source;  // host path bound at /dev/shm by the spec ("" = not a bind)
   std::string sized_by;         // from the sizing record: runtime, hook, reconcile ("" = none)
+  bool owns_shm = false;        // the shm tmpfs bound at /dev/shm was made for this very container
+  // podman (annotation io.container.manager: libpod): the pod's id (from the
+  // spec's cgroupsPath) and, on the pod's infra container, the pod's name (its
+  // hostname, which podman sets to the pod name unless `pod create --hostname`).
+  std::string pod_id, pod_name;
 };
+
+// The storage file podman keeps container names in: for a podman bundle
+// <storage>/<driver>-containers/<id>/userdata, <storage>/<driver>-containers/containers.json;
+// "" for any other bundle.
+std::string PodmanStorageFile(const std::string& bundle, const std::string& id);
+
+// The pod id in a podman container's cgroupsPath: cgroupfs
+// ".../<pod id>/libpod-<id>", systemd "machine-libpod_pod_<pod id>.slice:libpod:<id>"; "" outside a pod.
+std::string PodmanPodId(const std::string& cgroups_path);
 
 // The default state roots of runc/crun under Docker, containerd and CRI-O.
 std::vector<std::string> DefaultRuntimeRoots();

@@ -23,7 +23,7 @@
 
 namespace shmkeeper {
 
-enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4 };
+enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4, kPodman = 5 };
 // The verdict on one segment, the same word in every view (pods, leaks,
 // watch, metrics, the API):
 //  held    some process has it open or mapped;

@@ -19,6 +19,7 @@ struct RuntimeArgs {
   std::string container_id;              // create/run: the positional argument
   std::string log_path;                  // global --log
   std::string log_format;                // global --log-format ("text" or "json")
+  std::string root;                      // global --root ("" = the runtime's default)
 
   // create and run are the subcommands whose spec shmkeeper edits.
   bool Intercepts() const { return subcommand == "create" || subcommand == "run"; }

@@ -19,6 +19,20 @@ inline constexpr const char* kCrioShmSizeAnnotation = "shm-size.crio.io";
 inline constexpr const char* kCrioLegacyShmSizeAnnotation = "io.kubernetes.cri-o.ShmSize";
 inline constexpr const char* kShmSizeEnv = "SHMKEEPER_SHM_SIZE";
 
+// podman gives every container and pod this much when nobody asked:
+// containers.conf shm_size, default "65536k" (containers/common DefaultShmSize),
+// read with decimal units (k = 1000), so 65,536,000 bytes, a 64000 KiB tmpfs.
+// Docker, containerd and CRI-O (its sandbox DefaultShmSize) give
+// kEngineDefaultShmBytes (64 MiB).
+inline constexpr int64_t kPodmanDefaultShmBytes = 65536 * 1000;
+
+// The size the container's own engine gives /dev/shm when nobody asked for
+// one: kPodmanDefaultShmBytes for a podman container (annotation
+// io.container.manager: libpod), else kEngineDefaultShmBytes. Only for this
+// engine's default does the node policy decide; any other size is the
+// user's (--shm-size, --ipc=shareable size) and is kept.
+int64_t EngineDefaultShmBytes(const Spec& spec);
+
 // The shape /dev/shm takes in a container's spec.
 enum class ShmShape {
   kSpecTmpfs,  // a tmpfs mount in the spec (Docker --ipc=private): edit size=

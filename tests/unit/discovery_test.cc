@@ -1,0 +1,87 @@
+#include "shmkeeper/discovery.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "shmkeeper/json.h"
+
+namespace shmkeeper {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kId(64, 'a');
+const std::string kPod(64, 'b');
+
+void Write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+class DiscoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("shmk-discovery-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+// A live podman pod's infra container as crun keeps it: <root>/<id>/status,
+// the bundle in podman's storage, the name in containers.json.
+TEST_F(DiscoveryTest, CrunStatusAndPodmanNamesAndPods) {
+  fs::path bundle = dir_ / "storage" / "overlay-containers" / kId / "userdata";
+  Write(dir_ / "crun" / kId / "status", DumpJson(Json{{"pid", ::getpid()}, {"bundle", bundle.string()}}));
+  Json spec = {{"ociVersion", "1.0.2"},
+               {"hostname", "train"},
+               {"annotations", {{"io.container.manager", "libpod"}, {"shmkeeper.io/shm-size", "1Gi"}}},
+               {"linux", {{"cgroupsPath", "/libpod_parent/" + kPod + "/libpod-" + kId}}},
+               {"mounts", Json::array({{{"destination", "/dev/shm"},
+                                        {"type", "bind"},
+                                        {"source", (bundle / "shm").string()},
+                                        {"options", Json::array({"bind"})}}})}};
+  Write(bundle / "config.json", DumpJson(spec));
+  Write(dir_ / "storage" / "overlay-containers" / "containers.json",
+        DumpJson(Json::array({{{"id", kId}, {"names", Json::array({"bbbbbbbbbbbb-infra"})}}})));
+  std::vector<ContainerRecord> found = DiscoverContainers({(dir_ / "crun").string()});
+  ASSERT_EQ(found.size(), 1u);
+  const ContainerRecord& c = found[0];
+  EXPECT_EQ(c.id, kId);
+  EXPECT_EQ(c.pid, ::getpid());
+  EXPECT_EQ(c.name, "bbbbbbbbbbbb-infra");
+  EXPECT_EQ(c.pod_id, kPod);
+  EXPECT_EQ(c.pod_name, "train");
+  EXPECT_TRUE(c.owns_shm);
+  EXPECT_EQ(c.requested_bytes, int64_t{1} << 30);
+  // A member binds the infra's tmpfs: no pod name, and its own request is not the pod's.
+  std::string member(64, 'c');
+  fs::path mbundle = dir_ / "storage" / "overlay-containers" / member / "userdata";
+  Write(dir_ / "crun" / member / "status", DumpJson(Json{{"pid", ::getpid()}, {"bundle", mbundle.string()}}));
+  spec["linux"]["cgroupsPath"] = "/libpod_parent/" + kPod + "/libpod-" + member;
+  Write(mbundle / "config.json", DumpJson(spec));
+  found = DiscoverContainers({(dir_ / "crun").string()});
+  ASSERT_EQ(found.size(), 2u);
+  const ContainerRecord& m = found[0].id == member ? found[0] : found[1];
+  EXPECT_EQ(m.pod_id, kPod);
+  EXPECT_EQ(m.pod_name, "");
+  EXPECT_FALSE(m.owns_shm);
+  EXPECT_EQ(m.requested_bytes, 0);
+}
+
+TEST(Podman, PodIdAndStorageFile) {
+  EXPECT_EQ(PodmanPodId("/libpod_parent/" + kPod + "/libpod-" + kId), kPod);
+  EXPECT_EQ(PodmanPodId("machine.slice:machine-libpod_pod_" + kPod + ".slice:libpod:" + kId), kPod);
+  EXPECT_EQ(PodmanPodId("/libpod_parent/libpod-" + kId), "");
+  EXPECT_EQ(PodmanPodId("/libpod_parent/NOTHEX/libpod-x"), "");
+  EXPECT_EQ(PodmanPodId(""), "");
+  EXPECT_EQ(PodmanStorageFile("/s/vfs-containers/" + kId + "/userdata", kId), "/s/vfs-containers/containers.json");
+  EXPECT_EQ(PodmanStorageFile("/run/containerd/x/" + kId, kId), "");
+  EXPECT_EQ(PodmanStorageFile("/userdata", ""), "");
+}
+
+}  // namespace
+}  // namespace shmkeeper
