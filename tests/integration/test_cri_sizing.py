@@ -290,3 +290,33 @@ agent:
         out = watch.communicate(timeout=10)[0]
         a.stop()
     assert "80% full" in out and "95% full" not in out, out
+
+
+def test_agent_only_asks_the_cri_for_the_limit_when_the_spec_does_not_show_it(tmp_path, pause_archive,  # noqa: F811
+                                                                              root_and_runc, bins, pods):
+    """A runtime that does not write the pod's limit on the sandbox's spec
+    (containerd before 1.6, or a spec edited here to look like one): the
+    agent asks containerd's PodSandboxStatus, which has the kubelet's config."""
+    (tmp_path / "bare").mkdir()
+    engine = start_containerd(tmp_path / "bare", pause_archive, install=False)
+    try:
+        pod = pods(engine, "asked", limit=GiB, ns="batch")
+        pod.run()
+        pod.container("main", "sleep", "600")
+        bundle = engine.state / "io.containerd.runtime.v2.task" / "k8s.io" / pod.id / "config.json"
+        spec = json.loads(bundle.read_text())
+        assert spec["annotations"].pop("io.kubernetes.cri.sandbox-memory") == str(GiB)
+        assert "memory" not in spec.get("linux", {}).get("resources", {})
+        bundle.write_text(json.dumps(spec))
+        base = tmp_path / "agent"
+        base.mkdir()
+        a = AgentProcess(base, agent_config(base, engine, reconcile=True)).start()
+        try:
+            wait_for(lambda: pod.shm_kib("main") == GiB // 1024, timeout=SCAN + 5, interval=0.2,
+                     what="/dev/shm of 1 GiB")
+            resized = agent_lines(a, "reconcile: resized", pod.id)
+            assert resized[0]["memory_limit"] == {"bytes": GiB, "source": "cri:PodSandboxStatus"}
+        finally:
+            a.stop()
+    finally:
+        engine.stop()
