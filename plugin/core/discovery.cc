@@ -1,10 +1,7 @@
 #include "shmkeeper/discovery.h"
 
-#include <dirent.h>
 #include <httplib.h>
 #include <sys/socket.h>
-
-#include <memory>
 
 #include "shmkeeper/decision_log.h"
 #include "shmkeeper/fileutil.h"
@@ -16,17 +13,6 @@
 
 namespace shmkeeper {
 namespace {
-
-std::vector<std::string> ListDir(const std::string& path) {
-  std::vector<std::string> out;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
-  if (!dir) return out;
-  while (struct dirent* e = ::readdir(dir.get())) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  return out;
-}
 
 std::string BundleFromLabels(const Json& labels) {
   if (!labels.is_array()) return "";

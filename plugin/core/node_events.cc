@@ -1,6 +1,5 @@
 #include "shmkeeper/node_events.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -11,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <memory>
 #include <set>
 
 namespace shmkeeper {
@@ -128,26 +126,17 @@ std::string NearestDir(std::string path) {
   return path;
 }
 
-std::vector<std::string> SubDirs(const std::string& dir) {
-  std::vector<std::string> out;
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
-  if (!d) return out;
-  while (struct dirent* e = ::readdir(d.get())) {
-    std::string n = e->d_name;
-    if (n != "." && n != ".." && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) out.push_back(dir + "/" + n);
-  }
-  return out;
-}
-
 }  // namespace
 
 void ChangeWatcher::Sync() {
   std::set<std::string> want;
-  for (const std::string& p : want_) want.insert(NearestDir(p));
+  for (const std::string& p : want_) {
+    if (IsDir(p)) want.insert(p);  // a pod's shm directory: gone with its pod
+  }
   for (const std::string& r : roots_) {
     want.insert(NearestDir(r));
     if (!IsDir(r)) continue;
-    for (const std::string& sub : SubDirs(r)) want.insert(sub);
+    for (const std::string& sub : ListDir(r, /*dirs_only=*/true)) want.insert(r + "/" + sub);
   }
   want.erase("");
   for (auto it = watches_.begin(); it != watches_.end();) {

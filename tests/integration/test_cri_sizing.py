@@ -67,18 +67,20 @@ def agent_lines(agent, msg, sandbox):
     return out
 
 
-def agent_config(base, engine, reconcile):
+def agent_config(base, engine=None, reconcile=False, roots=None, scan=SCAN):
+    """A private agent: runtime roots `roots` (default: the engine's k8s.io
+    runc root) and the engine's CRI socket (none without an engine)."""
+    roots = roots or [f"{engine.runc_root}/k8s.io"]
+    cri = f"  criSocket: {engine.endpoint}\n  reconcile: {str(reconcile).lower()}\n" if engine else ""
     return f"""
 agent:
   socket: {base}/agent.sock
   eventSocket: {base}/events.sock
   metricsAddress: ""
-  scanInterval: {SCAN}s
-  runtimeRoots: [{engine.runc_root}/k8s.io]
+  scanInterval: {scan}s
+  runtimeRoots: [{", ".join(str(r) for r in roots)}]
   dockerSocket: ""
-  criSocket: {engine.endpoint}
-  reconcile: {str(reconcile).lower()}
-"""
+{cri}"""
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,7 @@ def auto_containerd(tmp_path_factory, pause_archive, root_and_runc, bins):  # no
     engine.import_image(archive)
     agent_base = base / "agent"
     agent_base.mkdir()
-    engine.agent = AgentProcess(agent_base, agent_config(agent_base, engine, reconcile=False)).start()
+    engine.agent = AgentProcess(agent_base, agent_config(agent_base, engine)).start()
     yield engine
     engine.agent.stop()
     engine.stop()
@@ -214,14 +216,7 @@ def test_a_runtime_root_above_the_namespace_directories_is_named_with_the_fix(ag
     pod.run()
     base = tmp_path / "wrong-root"
     base.mkdir()
-    a = AgentProcess(base, f"""
-agent:
-  socket: {base}/agent.sock
-  metricsAddress: ""
-  scanInterval: {SCAN}s
-  runtimeRoots: [{agent_only.runc_root}]
-  dockerSocket: ""
-""").start()
+    a = AgentProcess(base, agent_config(base, roots=[agent_only.runc_root])).start()
     try:
         line = wait_for(lambda: [l for l in a.log.read_text().splitlines() if "holds namespace directories" in l],
                         timeout=5, what="the runtime-root warning")[0]
@@ -240,8 +235,7 @@ def test_the_first_container_of_a_new_runtime_root_is_seen_by_inotify(tmp_path, 
     engine = PrivateContainerd(engine_base / "containerd")
     agent_base = tmp_path / "late-agent"
     agent_base.mkdir()
-    a = AgentProcess(agent_base, agent_config(agent_base, engine, reconcile=False).replace(
-        f"scanInterval: {SCAN}s", "scanInterval: 30s")).start()
+    a = AgentProcess(agent_base, agent_config(agent_base, engine, scan=30)).start()
     try:
         assert not (engine.runc_root / "k8s.io").exists()
         engine = start_containerd(engine_base, pause_archive, install=False)
@@ -268,14 +262,7 @@ def test_a_pod_first_seen_over_80_percent_full_gets_the_event(auto_containerd, p
     root.mkdir()
     base = tmp_path / "fresh"
     base.mkdir()
-    a = AgentProcess(base, f"""
-agent:
-  socket: {base}/agent.sock
-  metricsAddress: ""
-  scanInterval: {SCAN}s
-  runtimeRoots: [{root}]
-  dockerSocket: ""
-""").start()
+    a = AgentProcess(base, agent_config(base, roots=[root])).start()
     watch = subprocess.Popen([CLI, "watch", "-n", "ml", "--agent", a.sock, "-o", "json"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:

@@ -45,11 +45,11 @@ class ChangeWatcher {
   explicit ChangeWatcher(std::function<void()> on_change);
   ~ChangeWatcher();
   Status Start();
-  // Replaces the watched set. `roots` (runtime state roots) are watched one
-  // level down too, so a new container's state.json written after its
-  // directory appeared is seen. A path or root that does not exist yet is
-  // waited for on its nearest existing parent and watched once it appears
-  // (before `on_change` runs for that event).
+  // Replaces the watched set (paths that do not exist are dropped). `roots`
+  // (runtime state roots) are watched one level down too, so a new
+  // container's state.json written after its directory appeared is seen; a
+  // root that does not exist yet is waited for on its nearest existing parent
+  // and watched once it appears (before `on_change` runs for that event).
   void SetPaths(const std::vector<std::string>& paths, const std::vector<std::string>& roots = {});
 
  private:
