@@ -34,7 +34,9 @@ void Log(const char* level, const std::string& msg, Json extra = Json::object())
 
 // "auto": the first CRI socket that exists (containerd, then CRI-O). "" (not
 // configured): the same, but only a socket that exists, for pod labels.
+// "none": no CRI.
 std::string ResolveCriSocket(const std::string& configured) {
+  if (configured == "none") return "";
   if (configured != "auto" && !configured.empty()) return configured;
   for (const char* p : {"/run/containerd/containerd.sock", "/run/crio/crio.sock", "/var/run/crio/crio.sock"}) {
     if (PathExists(p)) return std::string("unix://") + p;
@@ -83,6 +85,10 @@ int Run(int argc, char** argv) {
     if (config->agent.cri_socket.empty()) config->agent.cri_socket = "auto";
   }
   config->agent.cri_socket = ResolveCriSocket(config->agent.cri_socket);
+  if (config->agent.reconcile && config->agent.cri_socket.empty()) {
+    std::cerr << "shmkeeperd: agent.reconcile needs a CRI socket, but agent.criSocket is none\n";
+    return 2;
+  }
   if (check_config) {
     std::cout << DumpJson(ConfigToJson(*config), 2) << "\n";
     return 0;

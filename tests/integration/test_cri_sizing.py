@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from harness import CLI, SHMGROW, AgentProcess, PrivateContainerd, glibc_rootfs, require, wait_for, write_image_archive
+from harness import (AGENTD, CLI, SHMGROW, AgentProcess, PrivateContainerd, glibc_rootfs, require, run, wait_for,
+                     write_image_archive)
 from test_cri import Pod, agent_pod, pause_archive, start_containerd  # noqa: F401 (pause_archive: a fixture)
 
 MiB = 1 << 20
@@ -307,3 +308,14 @@ def test_agent_only_asks_the_cri_for_the_limit_when_the_spec_does_not_show_it(tm
             a.stop()
     finally:
         engine.stop()
+
+
+def test_cri_socket_none_turns_the_cri_off(tmp_path):
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("agent:\n  criSocket: none\n")
+    p = run([AGENTD, "--config", cfg, "--check-config"])
+    assert json.loads(p.stdout)["agent"]["criSocket"] == ""
+    cfg.write_text("agent:\n  criSocket: none\n  reconcile: true\n")
+    p = run([AGENTD, "--config", cfg], check=False)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        "shmkeeperd: agent.reconcile needs a CRI socket, but agent.criSocket is none"], p.stderr
