@@ -1,11 +1,13 @@
 #include "shmkeeper/fileutil.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 namespace shmkeeper {
@@ -81,6 +83,21 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, mode
   UniqueFd dir(::open(DirName(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.valid()) ::fsync(dir.get());
   return Status::Ok();
+}
+
+std::vector<std::string> ListDir(const std::string& path, bool dirs_only) {
+  std::vector<std::string> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
+  if (!dir) return out;
+  while (struct dirent* e = ::readdir(dir.get())) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    struct stat st;
+    bool is_dir = e->d_type == DT_DIR ||
+                  (e->d_type == DT_UNKNOWN && ::lstat((path + "/" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+    if (!dirs_only || is_dir) out.push_back(std::move(n));
+  }
+  return out;
 }
 
 bool PathExists(const std::string& path) {

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "shmkeeper/status.h"
 
@@ -56,6 +57,11 @@ Status MakeDirs(const std::string& dir, mode_t mode = 0755);
 
 // True when `path` exists (any type, symlinks not followed).
 bool PathExists(const std::string& path);
+
+// The names in directory `path` (without "." and ".."), in readdir order;
+// empty when it cannot be opened. With `dirs_only`, only entries that are
+// directories (symlinks not followed).
+std::vector<std::string> ListDir(const std::string& path, bool dirs_only = false);
 
 // Backups that `shmkeeper install` keeps next to an engine config it edits:
 // `<path>.shmkeeper-backup` holds the original bytes, `<path>.shmkeeper-absent`
