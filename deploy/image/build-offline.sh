@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the shmkeeper node image without a registry or a base image: a rootfs
-# of the locally built binaries, the shared libraries shmkeeperd links
+# of the locally built binaries (the CLI as its static build, the copy nodes
+# get), libshmkeeper-preload.so, the shared libraries shmkeeperd links
 # (resolved with ldd), busybox-static for the node-setup script's shell, and
 # the default policy, written as an image archive for `docker load` or
 # `ctr -n k8s.io images import` (what the tests do).
@@ -15,14 +16,16 @@ tag=${3:-shmkeeper/shmkeeper:$version}
 
 rootfs=$(mktemp -d)
 trap 'rm -rf "$rootfs"' EXIT
-mkdir -p "$rootfs"/{bin,usr/local/bin,etc/shmkeeper,tmp,run,proc,sys,dev}
-for b in shmkeeper-runtime shmkeeper-hook shmkeeper shmkeeperd shmkeeper-doctor; do
+mkdir -p "$rootfs"/{bin,usr/local/bin,usr/local/lib/shmkeeper,etc/shmkeeper,tmp,run,proc,sys,dev}
+for b in shmkeeper-runtime shmkeeper-hook shmkeeperd shmkeeper-doctor; do
   install -s -m 0755 "$build/plugin/$b" "$rootfs/usr/local/bin/$b"
 done
+install -s -m 0755 "$build/plugin/shmkeeper-static" "$rootfs/usr/local/bin/shmkeeper"
+install -m 0644 "$build/plugin/libshmkeeper-preload.so" "$rootfs/usr/local/lib/shmkeeper/libshmkeeper-preload.so"
 install -m 0755 "$here/node-setup.sh" "$rootfs/usr/local/bin/node-setup.sh"
 install -m 0644 "$repo/deploy/config/config.yaml" "$rootfs/etc/shmkeeper/config.yaml"
 # Shared libraries of the dynamic binaries, at the paths ldd resolves them to.
-for b in shmkeeperd shmkeeper; do
+for b in shmkeeperd; do
   ldd "$build/plugin/$b" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L -n "$lib" "$rootfs$lib"
