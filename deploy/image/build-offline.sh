@@ -32,5 +32,5 @@ for b in shmkeeperd; do
   done
 done
 install -m 0755 "$(command -v busybox)" "$rootfs/bin/busybox"
-for applet in sh cat cp mv mkdir chmod cksum echo nsenter sleep ls df; do ln -sf busybox "$rootfs/bin/$applet"; done
+for applet in sh cat cp mv mkdir chmod md5sum echo nsenter sleep ls df stat; do ln -sf busybox "$rootfs/bin/$applet"; done
 python3 "$here/image_archive.py" --rootfs "$rootfs" --tag "$tag" --cmd /usr/local/bin/shmkeeperd "$out"

@@ -84,7 +84,7 @@ copy_binaries() {
   log "binaries in $BIN_DIR, $LIBRARY in $LIB_DIR, policy in /etc/shmkeeper/config.yaml"
 }
 
-checksum() { cat "$@" 2>/dev/null | cksum; }
+checksum() { cat "$@" 2>/dev/null | md5sum; }
 
 # In the host's namespaces, through pid 1 (the pod is hostPID);
 # SHMKEEPER_HOST_PID names another host process (tests: their own).
@@ -106,12 +106,30 @@ restart_runtime() {
       set -- sh -c "$RESTART_COMMAND" ;;
     *) die "SHMKEEPER_RESTART_RUNTIME must be auto, systemd, command or false (got: $how)" ;;
   esac
-  if on_host "$@"; then
-    log "restarted $unit ($how)"
-  else
-    die "$unit config changed but restarting it ($how) failed; restart it by hand"
-  fi
+  sock=$(runtime_socket "$unit")
+  old=$(socket_id "$sock")
+  on_host "$@" || die "$unit config changed but restarting it ($how) failed; restart it by hand"
+  # A command may return before the runtime is back (a supervisor restarts
+  # it): wait for its new socket, so that this container's own exit is seen
+  # by the new runtime rather than lost while it starts.
+  i=0
+  while [ "$(socket_id "$sock")" = "$old" ] || [ ! -S "$sock" ]; do
+    i=$((i + 1))
+    [ "$i" -le 120 ] || die "restarted $unit ($how), but its socket $sock did not come back within 60s"
+    sleep 0.5
+  done
+  log "restarted $unit ($how)"
 }
+
+runtime_socket() {
+  if [ "$1" = containerd ]; then echo "$HOST/run/containerd/containerd.sock"
+  elif [ -S "$HOST/run/crio/crio.sock" ]; then echo "$HOST/run/crio/crio.sock"
+  else echo "$HOST/var/run/crio/crio.sock"; fi
+}
+
+# The socket file's inode and change time (ns): a restarted runtime binds a
+# new one (inode numbers alone are reused at once).
+socket_id() { stat -c '%i %z' "$1" 2>/dev/null || echo gone; }
 
 register() {
   verb=$1

@@ -246,7 +246,10 @@ def test_node_setup_restarts_the_runtime_without_systemd(node, tmp_path):
     assert p.returncode == 1
     assert "the node has no systemd and SHMKEEPER_RESTART_COMMAND is unset" in p.stderr
     (host / "etc" / "containerd" / "config.toml").write_text(original)
-    command = f"echo restarted >> {marker}"
+    # A runtime coming back binds a new socket: node-setup waits for it.
+    sock = host / "run" / "containerd" / "containerd.sock"
+    command = (f"echo restarted >> {marker}; rm {sock}; "
+               f"python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' {sock}")
     p = node_setup(env, "install", SHMKEEPER_RESTART_RUNTIME="auto", SHMKEEPER_RESTART_COMMAND=command)
     assert p.returncode == 0, p.stderr
     assert "restarted containerd (command)" in p.stdout and marker.read_text() == "restarted\n"
