@@ -47,7 +47,7 @@ SHMKEEPER_BUILD_DIR="$repo/build-asan" /usr/bin/python3 -m pytest -q -p no:cache
   --junitxml "$results/pytest-asan.xml"
 
 stage "fuzz (${FUZZ_SECONDS}s per target)"
-for target in size config spec runtime_args selector procfs compose containerd_config datagram; do
+for target in size config spec runtime_args selector procfs compose containerd_config datagram sandbox_info; do
   corpus=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$target/." "$corpus/"
   build-asan/tests/fuzz_$target -max_total_time="$FUZZ_SECONDS" -max_len=4096 -print_final_stats=0 -artifact_prefix="$results/" \

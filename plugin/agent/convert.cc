@@ -69,6 +69,8 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
   shm->set_requested_source(in.requested_source);
   shm->set_peak_used_bytes(in.peak_used_bytes);
   shm->set_sized_by(in.sized_by);
+  shm->set_memory_limit_bytes(in.memory_limit_bytes);
+  shm->set_memory_limit_source(in.memory_limit_source);
   for (const SegmentRecord& s : in.top_segments) {
     v1::Segment* ps = out->add_top_segments();
     ps->set_path(s.path);

@@ -32,13 +32,14 @@ void Log(const char* level, const std::string& msg, Json extra = Json::object())
   std::cerr << DumpJson(extra) << std::endl;
 }
 
-// "auto": the first CRI socket that exists (containerd, then CRI-O).
+// "auto": the first CRI socket that exists (containerd, then CRI-O). "" (not
+// configured): the same, but only a socket that exists, for pod labels.
 std::string ResolveCriSocket(const std::string& configured) {
-  if (configured != "auto") return configured;
+  if (configured != "auto" && !configured.empty()) return configured;
   for (const char* p : {"/run/containerd/containerd.sock", "/run/crio/crio.sock", "/var/run/crio/crio.sock"}) {
     if (PathExists(p)) return std::string("unix://") + p;
   }
-  return "unix:///run/containerd/containerd.sock";
+  return configured.empty() ? "" : "unix:///run/containerd/containerd.sock";
 }
 
 void ReportReconcile(const ReconcileResult& r) {
@@ -50,6 +51,7 @@ void ReportReconcile(const ReconcileResult& r) {
   pod["old_bytes"] = r.plan.old_bytes;
   pod["new_bytes"] = r.plan.new_bytes;
   pod["source"] = r.plan.source;
+  if (r.plan.limit.bytes > 0) pod["memory_limit"] = {{"bytes", r.plan.limit.bytes}, {"source", r.plan.limit.source}};
   Log("info", "reconcile: resized the pod's /dev/shm", pod);
 }
 
@@ -104,10 +106,11 @@ int Run(int argc, char** argv) {
 
   Agent agent(*config, ScanOptionsFrom(*config));
   std::shared_ptr<CriClient> cri;
-  if (config->agent.reconcile) {
+  if (!config->agent.cri_socket.empty()) {  // labels always; sizes in agent-only mode
     cri = std::make_shared<CriClient>(config->agent.cri_socket);
-    agent.SetReconciler({[cri] { return cri->ListSandboxes(); }, ReportReconcile});
+    agent.SetReconciler({[cri] { return cri->ListSandboxes(); }, ReportReconcile, config->agent.reconcile});
   }
+  agent.SetWarningSink([](const std::string& w) { Log("warning", w); });
   if (Status s = agent.Start(); !s.ok()) Log("warning", s.message() + "; creator records and hook events are off");
   AgentServer server(&agent, ServerOptions::FromConfig(*config));
   if (Status s = server.Start(); !s.ok()) {

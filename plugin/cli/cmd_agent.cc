@@ -91,7 +91,8 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
       {"NAMESPACE", "NAME", "KIND", "SIZE", "USED", "PEAK", "FILES", "UNLINKED", "SYSV", "LEAKED", "REQUESTED"}};
   for (const v1::Pod& p : resp.pods()) {
     const v1::ShmUsage& u = p.shm();
-    std::string req_s = u.requested_bytes() ? Iec(u.requested_bytes()) + " (" + u.requested_source() +
+    std::string limit = u.memory_limit_bytes() ? ", memory limit from " + u.memory_limit_source() : "";
+    std::string req_s = u.requested_bytes() ? Iec(u.requested_bytes()) + " (" + u.requested_source() + limit +
                                                   (u.sized_by().empty() ? "" : ", by " + u.sized_by()) + ")"
                                             : "-";
     rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), Kind(p.kind()), Iec(u.size_bytes()),

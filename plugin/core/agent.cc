@@ -34,21 +34,18 @@ std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next)
   for (const PodRecord& p : next.pods) {
     seen.insert(p.key.uid);
     auto it = before.find(p.key.uid);
-    if (it == before.end()) {
-      if (prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
-      continue;
-    }
-    const PodRecord& old = *it->second;
-    if (old.size_bytes && p.size_bytes && old.size_bytes != p.size_bytes) {
+    const PodRecord* old = it == before.end() ? nullptr : it->second;
+    if (!old && prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
+    if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
       AgentEvent e =
           MakeEvent(EventKind::kResizeApplied, p.key,
-                    "/dev/shm resized from " + FormatSize(old.size_bytes) + " to " + FormatSize(p.size_bytes));
+                    "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
       e.bytes = p.size_bytes;
       out.push_back(e);
     }
     for (int pct : {80, 95}) {
       auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
-      if (over(p) && !over(old)) {
+      if (over(p) && !(old && over(*old))) {  // crossing it, or over it at first sight
         AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
                                  "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
                                      FormatSize(p.size_bytes) + ")");
@@ -220,9 +217,10 @@ void Agent::OnDatagram(pid_t sender, const std::string& payload) {
   Poke();  // "stopped", "unlink": the node changed
 }
 
-// The directories whose changes are worth an early scan.
+// The pods' shm directories, whose changes are worth an early scan (the
+// runtime roots are watched too, with their container directories).
 std::vector<std::string> Agent::WatchPaths(const NodeSnapshot& snap) const {
-  std::vector<std::string> paths = runtime_roots_;
+  std::vector<std::string> paths;
   for (const PodRecord& p : snap.pods) {
     if (!p.host_dir.empty()) {
       paths.push_back(p.host_dir);
@@ -261,15 +259,15 @@ void Agent::Loop() {
   }
 }
 
-// Agent-only mode: size the sandboxes before measuring them.
-void Agent::Reconcile() {
+// Lists the sandboxes; in agent-only mode sizes them before they are measured.
+std::vector<CriSandbox> Agent::Reconcile() {
   Result<std::vector<CriSandbox>> sandboxes = reconciler_.list_sandboxes();
   std::vector<ReconcileResult> results;
   if (!sandboxes.ok()) {
     ReconcileResult failed;
     failed.status = sandboxes.status().WithContext("list pod sandboxes");
     results.push_back(std::move(failed));
-  } else {
+  } else if (reconciler_.resize) {
     results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *Os::Default());
   }
   for (const ReconcileResult& r : results) {
@@ -277,12 +275,22 @@ void Agent::Reconcile() {
     bool new_error = !r.status.ok() && reported_.insert(r.sandbox_id + "\n" + r.status.message()).second;
     if ((resized || new_error) && reconciler_.report) reconciler_.report(r);
   }
+  return sandboxes.ok() ? std::move(*sandboxes) : std::vector<CriSandbox>();
+}
+
+void Agent::WarnOnce(const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings) {
+    if (warn_ && reported_.insert("warn\n" + w).second) warn_(w);
+  }
 }
 
 void Agent::ScanNow() {
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
-  if (reconciler_.list_sandboxes) Reconcile();
+  std::vector<CriSandbox> sandboxes;
+  if (reconciler_.list_sandboxes) sandboxes = Reconcile();
+  WarnOnce(RuntimeRootWarnings(runtime_roots_));
   NodeSnapshot snap = scanner_.Scan();
+  LabelPodsFromCri(sandboxes, &snap.pods);
   std::map<std::string, int64_t> peaks;  // pods that are gone drop out
   for (PodRecord& p : snap.pods) {
     int64_t& peak = peaks[p.key.uid];
@@ -291,7 +299,7 @@ void Agent::ScanNow() {
   }
   peak_used_ = std::move(peaks);
   auto next = std::make_shared<const NodeSnapshot>(std::move(snap));
-  if (watcher_) watcher_->SetPaths(WatchPaths(*next));
+  if (watcher_) watcher_->SetPaths(WatchPaths(*next), runtime_roots_);
   Publish(next);
   AutoReclaim(*next);
 }

@@ -52,6 +52,7 @@ Json DecisionRecord(const std::string& container_id, const ShmPlan& plan) {
     r["source"] = plan.source;
     r["requested"] = plan.requested;
     r["new_bytes"] = plan.new_bytes;
+    if (plan.limit.bytes > 0) r["memory_limit"] = {{"bytes", plan.limit.bytes}, {"source", plan.limit.source}};
   }
   if (!plan.reason.empty()) r["reason"] = plan.reason;
   return r;
@@ -79,11 +80,12 @@ Status AppendRuntimeLog(const std::string& path, const std::string& format, cons
 }
 
 SizingRecord SizingRecordOf(const ShmPlan& plan, const char* by) {
-  return SizingRecord{by, plan.source, plan.requested, plan.new_bytes};
+  return SizingRecord{by, plan.source, plan.requested, plan.new_bytes, plan.limit};
 }
 
 Status WriteSizingRecord(const std::string& bundle, const SizingRecord& r) {
   Json doc = {{"by", r.by}, {"source", r.source}, {"requested", r.requested}, {"bytes", r.bytes}};
+  if (r.limit.bytes > 0) doc["memory_limit"] = {{"bytes", r.limit.bytes}, {"source", r.limit.source}};
   return WriteFileAtomic(bundle + "/" + kSizingRecordFile, DumpJson(doc) + "\n", 0644, /*sync_dir=*/false);
 }
 
@@ -97,6 +99,10 @@ std::optional<SizingRecord> ReadSizingRecord(const std::string& bundle) {
   r.source = StringField(doc, "source");
   r.requested = StringField(doc, "requested");
   r.bytes = IntegerField<int64_t>(doc, "bytes", 0);
+  if (doc.contains("memory_limit")) {
+    r.limit.bytes = IntegerField<int64_t>(doc["memory_limit"], "bytes", 0);
+    r.limit.source = StringField(doc["memory_limit"], "source");
+  }
   if (r.by.empty()) return std::nullopt;
   return r;
 }

@@ -11,6 +11,7 @@
 #include "shmkeeper/json.h"
 #include "shmkeeper/proc_table.h"
 #include "shmkeeper/shm_plan.h"
+#include "shmkeeper/size.h"
 #include "shmkeeper/spec.h"
 
 namespace shmkeeper {
@@ -57,14 +58,16 @@ void ReadBundle(ContainerRecord* c) {
   Result<std::optional<ShmRequest>> req = UserShmRequest(*spec);
   if (std::optional<SizingRecord> rec = ReadSizingRecord(c->bundle)) {
     c->sized_by = rec->by;
-    c->requested_bytes = rec->bytes;
+    c->requested_bytes = RoundUpToPage(rec->bytes);
     c->requested_source = rec->source;
+    c->memory_limit_bytes = rec->limit.bytes;
+    c->memory_limit_source = rec->limit.source;
   } else if (req.ok() && req->has_value()) {
-    c->requested_bytes = (*req)->bytes;
+    c->requested_bytes = RoundUpToPage((*req)->bytes);
     c->requested_source = (*req)->source;
   } else if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {
     if (std::optional<int64_t> size = spec->MountSizeOption(*m)) {
-      c->requested_bytes = *size;
+      c->requested_bytes = RoundUpToPage(*size);
       c->requested_source = "spec";
     }
   }
@@ -102,6 +105,55 @@ std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& 
       if (!ReadState(root, id, proc, &c)) continue;
       ReadBundle(&c);
       out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+bool HoldsState(const std::string& dir, const std::string& id) { return PathExists(dir + "/" + id + "/state.json"); }
+
+// The subdirectories of `root` that hold container state themselves.
+std::vector<std::string> NamespaceDirs(const std::string& root, const std::vector<std::string>& entries) {
+  std::vector<std::string> out;
+  for (const std::string& ns : entries) {
+    for (const std::string& id : ListDir(root + "/" + ns)) {
+      if (HoldsState(root + "/" + ns, id)) {
+        out.push_back(ns);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roots) {
+  std::vector<std::string> out;
+  for (const std::string& root : roots) {
+    std::vector<std::string> entries = ListDir(root);
+    if (entries.empty()) continue;
+    bool known = false;
+    for (const std::string& id : entries) known = known || HoldsState(root, id);
+    if (known) continue;
+    std::vector<std::string> nss = NamespaceDirs(root, entries);
+    if (!nss.empty()) {
+      std::string list;
+      for (const std::string& ns : nss) list += (list.empty() ? "" : ", ") + root + "/" + ns;
+      out.push_back("runtime root " + root +
+                    " holds namespace directories, not containers: no pod under it is found; "
+                    "list the namespace directories in agent.runtimeRoots instead (" +
+                    list + ")");
+    } else {
+      std::string seen;
+      for (size_t i = 0; i < entries.size() && i < 5; ++i) seen += (i ? ", " : "") + entries[i];
+      out.push_back("runtime root " + root +
+                    " holds no container state (<id>/state.json) the agent knows (it has: " + seen +
+                    "): no pod under it is found; point agent.runtimeRoots at the OCI runtime's state directory (runc "
+                    "--root, e.g. "
+                    "/run/containerd/runc/k8s.io)");
     }
   }
   return out;

@@ -1,5 +1,6 @@
 #include "shmkeeper/node_events.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <set>
 
 namespace shmkeeper {
@@ -102,10 +104,52 @@ Status ChangeWatcher::Start() {
   return Status::Ok();
 }
 
-void ChangeWatcher::SetPaths(const std::vector<std::string>& paths) {
+void ChangeWatcher::SetPaths(const std::vector<std::string>& paths, const std::vector<std::string>& roots) {
   if (!inotify_.valid()) return;
-  std::set<std::string> want(paths.begin(), paths.end());
   std::lock_guard<std::mutex> l(mu_);
+  want_ = paths;
+  roots_ = roots;
+  Sync();
+}
+
+namespace {
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// `path` when it is a directory, else its nearest ancestor that is.
+std::string NearestDir(std::string path) {
+  while (!path.empty() && path != "/" && !IsDir(path)) {
+    size_t slash = path.rfind('/');
+    path = slash == 0 ? "/" : slash == std::string::npos ? "" : path.substr(0, slash);
+  }
+  return path;
+}
+
+std::vector<std::string> SubDirs(const std::string& dir) {
+  std::vector<std::string> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return out;
+  while (struct dirent* e = ::readdir(d.get())) {
+    std::string n = e->d_name;
+    if (n != "." && n != ".." && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) out.push_back(dir + "/" + n);
+  }
+  return out;
+}
+
+}  // namespace
+
+void ChangeWatcher::Sync() {
+  std::set<std::string> want;
+  for (const std::string& p : want_) want.insert(NearestDir(p));
+  for (const std::string& r : roots_) {
+    want.insert(NearestDir(r));
+    if (!IsDir(r)) continue;
+    for (const std::string& sub : SubDirs(r)) want.insert(sub);
+  }
+  want.erase("");
   for (auto it = watches_.begin(); it != watches_.end();) {
     if (want.count(it->first)) {
       ++it;
@@ -127,7 +171,12 @@ void ChangeWatcher::Run() {
   while (WaitReadable(inotify_.get(), stop_.get())) {
     bool any = false;
     while (::read(inotify_.get(), buf, sizeof buf) > 0) any = true;  // drain: one wake per burst
-    if (any) on_change_();
+    if (!any) continue;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      Sync();  // a root that appeared, a new container directory: watched before the scan runs
+    }
+    on_change_();
   }
 }
 

@@ -59,6 +59,8 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
       p.annotations = c.annotations;
       p.requested_bytes = c.requested_bytes;
       p.requested_source = c.requested_source;
+      p.memory_limit_bytes = c.memory_limit_bytes;
+      p.memory_limit_source = c.memory_limit_source;
       p.sized_by = c.sized_by;
       p.shm_host_source = c.shm_bind_source;
     }

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "shmkeeper/size.h"
+
 namespace shmkeeper {
 namespace {
 
@@ -95,6 +97,8 @@ bool SameFile(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+int64_t Os::PageSize() { return SystemPageSize(); }
 
 Os* Os::Default() {
   static SystemOs* os = new SystemOs();

@@ -1,6 +1,7 @@
 #include "shmkeeper/shm_plan.h"
 
 #include <array>
+#include <charconv>
 #include <optional>
 
 #include "shmkeeper/size.h"
@@ -94,11 +95,51 @@ Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
 
 namespace {
 
-Request PolicyRequest(const Spec& spec, const Config& config, Os& os) {
+// A positive decimal byte count, nothing else.
+std::optional<int64_t> PositiveBytes(std::string_view text) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+// memory_limit_in_bytes of a CRI LinuxContainerResources in Go's JSON.
+std::optional<int64_t> CrioPodMemory(const std::string& text) {
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  int64_t v = IntegerField<int64_t>(doc, "memory_limit_in_bytes", 0);
+  return v > 0 ? std::optional<int64_t>(v) : std::nullopt;
+}
+
+}  // namespace
+
+std::optional<MemoryLimit> SpecMemoryLimit(const Spec& spec) {
+  if (std::optional<int64_t> v = spec.MemoryLimit()) return MemoryLimit{*v, "spec:linux.resources.memory.limit"};
+  if (std::optional<std::string> a = spec.Annotation(kContainerdSandboxMemoryAnnotation)) {
+    if (std::optional<int64_t> v = PositiveBytes(*a)) {
+      return MemoryLimit{*v, std::string("annotation:") + kContainerdSandboxMemoryAnnotation};
+    }
+  }
+  for (const char* key : {kCrioPodResourcesAnnotation, kCrioLegacyPodResourcesAnnotation}) {
+    if (std::optional<std::string> a = spec.Annotation(key)) {
+      if (std::optional<int64_t> v = CrioPodMemory(*a)) return MemoryLimit{*v, std::string("annotation:") + key};
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+Request PolicyRequest(const Spec& spec, const Config& config, Os& os, const std::optional<MemoryLimit>& cri_limit,
+                      MemoryLimit* used) {
   if (config.shm.default_bytes) {
     return Request{*config.shm.default_bytes, "policy", FormatSize(*config.shm.default_bytes)};
   }
-  if (std::optional<int64_t> limit = spec.MemoryLimit()) return Request{*limit, "policy", "auto"};
+  std::optional<MemoryLimit> limit = SpecMemoryLimit(spec);
+  if (!limit && cri_limit && cri_limit->bytes > 0) limit = cri_limit;
+  if (limit) {
+    *used = *limit;
+    return Request{limit->bytes, "policy", "auto"};
+  }
   return Request{os.HostMemoryBytes() / 2, "policy", "auto"};
 }
 
@@ -136,11 +177,12 @@ Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id,
   t.shape = ShmShape::kSpecTmpfs;
   t.mount_index = *idx;
   // A tmpfs without size= gets half of RAM from the kernel.
-  t.current_bytes = spec.MountSizeOption(*idx).value_or(os.HostMemoryBytes() / 2);
+  t.current_bytes = RoundUpToPage(spec.MountSizeOption(*idx).value_or(os.HostMemoryBytes() / 2), os.PageSize());
   return t;
 }
 
-Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id, Os& os) {
+Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id, Os& os,
+                        const std::optional<MemoryLimit>& cri_limit) {
   ShmPlan plan;
   SHMK_ASSIGN_OR_RETURN(plan.target, ClassifyShm(spec, container_id, os));
   plan.old_bytes = plan.target.current_bytes;
@@ -155,9 +197,10 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
   } else if (plan.target.current_bytes != kEngineDefaultShmBytes) {
     req = Request{plan.target.current_bytes, "engine", FormatSize(plan.target.current_bytes)};
   } else {
-    req = PolicyRequest(spec, config, os);
+    req = PolicyRequest(spec, config, os, cri_limit, &plan.limit);
   }
   SHMK_RETURN_IF_ERROR(CheckMax(config, os, &req, &plan.clamped));
+  req.bytes = RoundUpToPage(req.bytes, os.PageSize());  // what the tmpfs will report
   if (plan.target.shape == ShmShape::kHostTmpfs && req.bytes < plan.target.used_bytes) {
     return Status::Invalid("shm size " + Describe(req) + " is smaller than the " + FormatSize(plan.target.used_bytes) +
                            " already used in " + plan.target.host_path);

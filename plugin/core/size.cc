@@ -1,5 +1,7 @@
 #include "shmkeeper/size.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <cctype>
 #include <cstdio>
@@ -106,6 +108,21 @@ Result<int64_t> ParseSize(std::string_view text) {
   if (bytes > std::numeric_limits<int64_t>::max()) return Bad(text, "larger than int64 bytes");
   if (bytes == 0) return Bad(text, "must be greater than zero");
   return static_cast<int64_t>(bytes);
+}
+
+int64_t SystemPageSize() {
+  static const int64_t page = [] {
+    long n = ::sysconf(_SC_PAGESIZE);
+    return n > 0 ? static_cast<int64_t>(n) : int64_t{4096};
+  }();
+  return page;
+}
+
+int64_t RoundUpToPage(int64_t bytes, int64_t page) {
+  int64_t whole = bytes / page * page;
+  if (whole == bytes) return bytes;
+  if (whole > std::numeric_limits<int64_t>::max() - page) return whole;
+  return whole + page;
 }
 
 std::string FormatSize(int64_t bytes) {

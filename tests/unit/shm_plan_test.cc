@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 
 #include "fake_os.h"
+#include "shmkeeper/decision_log.h"
+#include "shmkeeper/fileutil.h"
 #include "shmkeeper/size.h"
 
 namespace shmkeeper {
@@ -68,7 +71,7 @@ TEST_P(PlanPrecedence, Decides) {
   EXPECT_EQ(plan->action, c.action);
   EXPECT_EQ(plan->new_bytes, c.new_bytes);
   EXPECT_EQ(plan->source, c.source);
-  EXPECT_EQ(plan->old_bytes, Make(j).MountSizeOption(0));
+  EXPECT_EQ(plan->old_bytes, RoundUpToPage(*Make(j).MountSizeOption(0)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -105,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
              },
              Config(), ShmAction::kResize, 2 * kGiB, "annotation:shmkeeper.io/shm-size"},
         Case{"explicit_engine_size_respected", [](Json& j) { j["mounts"][0]["options"][4] = "size=67108865"; },
-             Config(), ShmAction::kKeep, 67108865, "engine"},
+             Config(), ShmAction::kKeep, RoundUpToPage(67108865), "engine"},
         Case{"over_max_clamped", [](Json& j) { Ann(j, "shmkeeper.io/shm-size", "4Gi"); },
              WithPolicy(std::nullopt, kGiB, OverMax::kClamp), ShmAction::kResize, kGiB,
              "annotation:shmkeeper.io/shm-size"}),
@@ -272,6 +275,213 @@ TEST(ClassifyShm, PlansAroundMountMembersOfTheWrongType) {
   Result<ShmTarget> t = ClassifyShm(*s, "id", os);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->why, "/dev/shm has mount type ?");
+}
+
+// ---- sizes as the kernel stores them (whole pages) -----------------------------
+
+std::string SandboxShm() { return "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/sb1/shm"; }
+
+// A containerd pod sandbox whose shm tmpfs is `current` bytes (already whole pages).
+Json SandboxSpec(FakeOs& os, int64_t current) {
+  os.fs[SandboxShm()] = FsInfo{true, true, current, 0, 0};
+  Json j = BindSpec(SandboxShm());
+  Ann(j, "io.kubernetes.cri.container-type", "sandbox");
+  Ann(j, "io.kubernetes.cri.sandbox-id", "sb1");
+  return j;
+}
+
+TEST(PlanRounding, DecimalQuantitiesAreRequestedInWholePagesAndKeptOnceApplied) {
+  for (const char* q : {"1G", "500M", "100000001", "1", "4095", "4097"}) {
+    FakeOs os;
+    Json j = SandboxSpec(os, 64 * kMiB);
+    Ann(j, "shmkeeper.io/shm-size", q);
+    int64_t want = RoundUpToPage(*ParseSize(q), os.PageSize());
+    Spec spec = Make(j);
+    Result<ShmPlan> plan = PlanShm(spec, Config(), "sb1", os);
+    ASSERT_TRUE(plan.ok()) << q << ": " << plan.status().message();
+    EXPECT_EQ(plan->action, ShmAction::kResize) << q;
+    EXPECT_EQ(plan->new_bytes, want) << q;
+    EXPECT_EQ(plan->requested, q);
+    ASSERT_TRUE(ApplyShm(*plan, &spec, os).ok());
+    EXPECT_EQ(os.remounted[SandboxShm()], want) << q;  // remounted with whole pages
+    // The kernel reports the rounded size: the next scan must keep it.
+    os.fs[SandboxShm()].size_bytes = want;
+    plan = PlanShm(spec, Config(), "sb1", os);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->action, ShmAction::kKeep) << q << " would be remounted on every scan";
+  }
+}
+
+TEST(PlanRounding, TinySizesRoundToOnePage) {
+  for (const char* q : {"1", "4095"}) {
+    FakeOs os;
+    Json j = PrivateSpec();
+    Ann(j, "shmkeeper.io/shm-size", q);
+    Result<ShmPlan> plan = PlanShm(Make(j), Config(), kId, os);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->new_bytes, os.PageSize()) << q;
+  }
+}
+
+TEST(PlanRounding, SpecTmpfsSizeIsComparedInWholePages) {
+  FakeOs os;
+  Json j = PrivateSpec("size=1000000000");  // what the wrapper wrote before, or an engine's decimal size
+  Ann(j, "shmkeeper.io/shm-size", "1G");
+  Result<ShmPlan> plan = PlanShm(Make(j), Config(), kId, os);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->old_bytes, RoundUpToPage(1000000000));
+  EXPECT_EQ(plan->action, ShmAction::kKeep);
+}
+
+TEST(PlanRounding, HalfOfRamThatIsNotWholePages) {
+  FakeOs os;
+  os.host_memory = 16 * kGiB + 2;  // half is 8 GiB + 1 byte
+  Json j = SandboxSpec(os, RoundUpToPage(8 * kGiB + 1));
+  Result<ShmPlan> plan = PlanShm(Make(j), Config(), "sb1", os);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->new_bytes, RoundUpToPage(8 * kGiB + 1));
+  EXPECT_EQ(plan->action, ShmAction::kKeep);
+}
+
+TEST(PlanRounding, ShmMaxIsCheckedOnTheRequestAsWritten) {
+  FakeOs os;
+  Json j = PrivateSpec();
+  Ann(j, "shmkeeper.io/shm-size", "1G");
+  // shm.max: 1G exactly: allowed (the kernel then rounds up to whole pages).
+  Result<ShmPlan> plan = PlanShm(Make(j), WithPolicy(std::nullopt, 1000000000), kId, os);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->new_bytes, RoundUpToPage(1000000000));
+  // One byte less: over it.
+  plan = PlanShm(Make(j), WithPolicy(std::nullopt, 999999999), kId, os);
+  EXPECT_FALSE(plan.ok());
+  // Clamped to a huge shm.max near INT64_MAX: whole pages, no overflow.
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() - 1;
+  os.host_memory = kHuge;
+  j = PrivateSpec();
+  Ann(j, "shmkeeper.io/shm-size", "8Ei");  // unparseable (over int64): a user error, not a crash
+  EXPECT_FALSE(PlanShm(Make(j), WithPolicy(std::nullopt, kHuge, OverMax::kClamp), kId, os).ok());
+  j = PrivateSpec();
+  Ann(j, "shmkeeper.io/shm-size", "7Ei");
+  plan = PlanShm(Make(j), WithPolicy(std::nullopt, 6 * (int64_t{1} << 60) + 1, OverMax::kClamp), kId, os);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->clamped);
+  EXPECT_EQ(plan->new_bytes, RoundUpToPage(6 * (int64_t{1} << 60) + 1));
+  EXPECT_EQ(plan->new_bytes % os.PageSize(), 0);
+}
+
+// ---- shm.default: auto follows the pod's memory limit ----------------------------
+
+struct LimitCase {
+  const char* name;
+  std::function<void(Json&)> edit;
+  std::optional<MemoryLimit> cri;
+  int64_t new_bytes;
+  const char* limit_source;  // "" = none: half of RAM
+};
+
+class AutoLimit : public ::testing::TestWithParam<LimitCase> {};
+
+TEST_P(AutoLimit, UsesTheFirstLimitTheRuntimeShows) {
+  const LimitCase& c = GetParam();
+  FakeOs os;  // 16 GiB host
+  Json j = SandboxSpec(os, 64 * kMiB);
+  c.edit(j);
+  Result<ShmPlan> plan = PlanShm(Make(j), Config(), "sb1", os, c.cri);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->new_bytes, c.new_bytes);
+  EXPECT_EQ(plan->source, "policy");
+  EXPECT_EQ(plan->requested, "auto");
+  EXPECT_EQ(plan->limit.source, c.limit_source);
+  Json record = DecisionRecord("sb1", *plan);
+  if (*c.limit_source) {
+    EXPECT_EQ(record["memory_limit"]["source"], c.limit_source);
+    EXPECT_EQ(record["memory_limit"]["bytes"], plan->limit.bytes);
+  } else {
+    EXPECT_FALSE(record.contains("memory_limit"));
+  }
+}
+
+void CrioResources(Json& j, const char* key, const std::string& json) { j["annotations"][key] = json; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Sources, AutoLimit,
+    ::testing::Values(
+        LimitCase{"none_half_of_ram", [](Json&) {}, std::nullopt, 8 * kGiB, ""},
+        LimitCase{"spec", [](Json& j) { j["linux"]["resources"]["memory"]["limit"] = 3 * kGiB; }, std::nullopt,
+                  3 * kGiB, "spec:linux.resources.memory.limit"},
+        LimitCase{"containerd_sandbox_memory",
+                  [](Json& j) { Ann(j, "io.kubernetes.cri.sandbox-memory", "1073741824"); }, std::nullopt, kGiB,
+                  "annotation:io.kubernetes.cri.sandbox-memory"},
+        LimitCase{"containerd_decimal_limit_in_whole_pages",
+                  [](Json& j) { Ann(j, "io.kubernetes.cri.sandbox-memory", "1000000000"); }, std::nullopt,
+                  RoundUpToPage(1000000000), "annotation:io.kubernetes.cri.sandbox-memory"},
+        LimitCase{"containerd_zero_is_no_limit", [](Json& j) { Ann(j, "io.kubernetes.cri.sandbox-memory", "0"); },
+                  std::nullopt, 8 * kGiB, ""},
+        LimitCase{"containerd_malformed_is_skipped",
+                  [](Json& j) { Ann(j, "io.kubernetes.cri.sandbox-memory", "1Gi; rm -rf"); }, std::nullopt, 8 * kGiB,
+                  ""},
+        LimitCase{"crio_pod_resources",
+                  [](Json& j) {
+                    CrioResources(j, "io.kubernetes.cri-o.PodLinuxResources",
+                                  R"({"cpu_period":100000,"memory_limit_in_bytes":2147483648})");
+                  },
+                  std::nullopt, 2 * kGiB, "annotation:io.kubernetes.cri-o.PodLinuxResources"},
+        LimitCase{"crio_new_key_first",
+                  [](Json& j) {
+                    CrioResources(j, "io.kubernetes.cri-o.PodLinuxResources", R"({"memory_limit_in_bytes":1})");
+                    CrioResources(j, "pod-linux-resources.crio.io", R"({"memory_limit_in_bytes":536870912})");
+                  },
+                  std::nullopt, 512 * kMiB, "annotation:pod-linux-resources.crio.io"},
+        LimitCase{"crio_malformed_is_skipped",
+                  [](Json& j) {
+                    CrioResources(j, "io.kubernetes.cri-o.PodLinuxResources", R"({"memory_limit_in_bytes":"1Gi"})");
+                  },
+                  std::nullopt, 8 * kGiB, ""},
+        LimitCase{"spec_before_annotations",
+                  [](Json& j) {
+                    j["linux"]["resources"]["memory"]["limit"] = 3 * kGiB;
+                    Ann(j, "io.kubernetes.cri.sandbox-memory", "1073741824");
+                  },
+                  std::nullopt, 3 * kGiB, "spec:linux.resources.memory.limit"},
+        LimitCase{"cri_status_when_the_spec_shows_none", [](Json&) {}, MemoryLimit{kGiB, "cri:PodSandboxStatus"}, kGiB,
+                  "cri:PodSandboxStatus"},
+        LimitCase{"spec_annotation_before_cri_status",
+                  [](Json& j) { Ann(j, "io.kubernetes.cri.sandbox-memory", "536870912"); },
+                  MemoryLimit{kGiB, "cri:PodSandboxStatus"}, 512 * kMiB, "annotation:io.kubernetes.cri.sandbox-memory"},
+        LimitCase{"limit_over_ram_is_clamped",
+                  [](Json& j) { Ann(j, "io.kubernetes.cri.sandbox-memory", "68719476736"); }, std::nullopt, 16 * kGiB,
+                  "annotation:io.kubernetes.cri.sandbox-memory"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(AutoLimit, AnExplicitDefaultOrAnnotationIgnoresTheLimit) {
+  FakeOs os;
+  Json j = SandboxSpec(os, 64 * kMiB);
+  Ann(j, "io.kubernetes.cri.sandbox-memory", "1073741824");
+  Result<ShmPlan> plan = PlanShm(Make(j), WithPolicy(256 * kMiB, std::nullopt), "sb1", os);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->new_bytes, 256 * kMiB);
+  EXPECT_EQ(plan->limit.bytes, 0);
+  Ann(j, "shmkeeper.io/shm-size", "2Gi");
+  plan = PlanShm(Make(j), Config(), "sb1", os);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->new_bytes, 2 * kGiB);
+  EXPECT_EQ(plan->limit.bytes, 0);
+}
+
+TEST(AutoLimit, SizingRecordCarriesTheLimitToThePodsView) {
+  FakeOs os;
+  Json j = SandboxSpec(os, 64 * kMiB);
+  Ann(j, "io.kubernetes.cri.sandbox-memory", "1073741824");
+  Result<ShmPlan> plan = PlanShm(Make(j), Config(), "sb1", os);
+  ASSERT_TRUE(plan.ok());
+  std::string dir = ::testing::TempDir() + "/sizing-record";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteSizingRecord(dir, SizingRecordOf(*plan, "runtime")).ok());
+  std::optional<SizingRecord> back = ReadSizingRecord(dir);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->bytes, kGiB);
+  EXPECT_EQ(back->limit.bytes, kGiB);
+  EXPECT_EQ(back->limit.source, "annotation:io.kubernetes.cri.sandbox-memory");
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "shmkeeper/size.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <limits>
 
 namespace shmkeeper {
 namespace {
@@ -57,6 +60,43 @@ TEST(FormatSize, Iec) {
   EXPECT_EQ(FormatSize(2 * kGiB), "2GiB");
   EXPECT_EQ(FormatSize(1000), "1000B");
   EXPECT_EQ(FormatSize(1500), "1.46KiB");
+}
+
+// What a tmpfs reports for size=N: whole pages (the kernel's DIV_ROUND_UP).
+struct Rounding {
+  const char* name;
+  int64_t bytes, page, expect;
+};
+
+class RoundUpToPageTest : public ::testing::TestWithParam<Rounding> {};
+
+TEST_P(RoundUpToPageTest, WholePages) {
+  const Rounding& r = GetParam();
+  EXPECT_EQ(RoundUpToPage(r.bytes, r.page), r.expect);
+  EXPECT_EQ(RoundUpToPage(r.expect, r.page), r.expect);  // a rounded size is a fixed point
+}
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, RoundUpToPageTest,
+    ::testing::Values(Rounding{"zero", 0, 4096, 0}, Rounding{"one_byte", 1, 4096, 4096},
+                      Rounding{"page_minus_one", 4095, 4096, 4096}, Rounding{"page", 4096, 4096, 4096},
+                      Rounding{"page_plus_one", 4097, 4096, 8192},
+                      // Kubernetes decimal quantities: 1G = 10^9 = 244140.625 pages.
+                      Rounding{"k8s_1G", 1000000000, 4096, 1000001536},
+                      Rounding{"k8s_500M", 500000000, 4096, 500002816},
+                      Rounding{"issue_100000001", 100000001, 4096, 100003840},
+                      Rounding{"k8s_1G_64k_pages", 1000000000, 65536, 1000013824},
+                      Rounding{"binary_unchanged", 2 * kGiB, 4096, 2 * kGiB},
+                      Rounding{"near_int64_max", kMax - 10, 4096, kMax / 4096 * 4096},
+                      Rounding{"int64_max", kMax, 4096, kMax / 4096 * 4096},
+                      Rounding{"last_page_that_fits", kMax / 4096 * 4096 - 1, 4096, kMax / 4096 * 4096}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(RoundUpToPage, DefaultsToThisMachinesPage) {
+  EXPECT_EQ(RoundUpToPage(1), SystemPageSize());
+  EXPECT_EQ(SystemPageSize(), ::sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace

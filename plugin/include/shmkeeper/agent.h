@@ -75,13 +75,16 @@ struct PodFilter {
   bool only_with_leaks = false;
 };
 
-// Agent-only mode (agent.reconcile): how the agent lists pod sandboxes (the
-// CRI client lives with the gRPC code) and where it reports what it did.
+// How the agent lists pod sandboxes over the CRI (the client lives with the
+// gRPC code) and where it reports what it did. Every scan lists them once:
+// their labels go on the pods; in agent-only mode (agent.reconcile, `resize`)
+// their /dev/shm is sized first.
 struct Reconciler {
   std::function<Result<std::vector<CriSandbox>>()> list_sandboxes;
   // Called for each resize, each sandbox whose size cannot be applied (once
   // per sandbox) and a failing CRI listing (once per distinct error).
   std::function<void(const ReconcileResult&)> report;
+  bool resize = true;
 };
 
 class Agent {
@@ -91,6 +94,9 @@ class Agent {
 
   // REQUIRES: called before Start().
   void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
+  // Where configuration problems found while scanning go (each distinct one
+  // once), e.g. RuntimeRootWarnings. REQUIRES: called before Start().
+  void SetWarningSink(std::function<void(const std::string&)> warn) { warn_ = std::move(warn); }
 
   // Starts the scan loop (the first scan runs before Start returns), the
   // event socket receiver (agent.eventSocket) and the inotify watcher.
@@ -121,7 +127,8 @@ class Agent {
 
  private:
   void Loop();
-  void Reconcile();
+  std::vector<CriSandbox> Reconcile();
+  void WarnOnce(const std::vector<std::string>& warnings);
   void OnDatagram(pid_t sender, const std::string& payload);
   std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
   void Publish(std::shared_ptr<const NodeSnapshot> next);
@@ -134,7 +141,8 @@ class Agent {
   std::vector<std::string> runtime_roots_;
   std::shared_ptr<CreatorBook> creators_;
   Reconciler reconciler_;
-  std::set<std::string> reported_;  // reconcile errors already reported; guarded by scan_mu_
+  std::function<void(const std::string&)> warn_;
+  std::set<std::string> reported_;  // reconcile errors and warnings already reported; guarded by scan_mu_
   mutable std::mutex mu_;
   std::shared_ptr<const NodeSnapshot> snapshot_;
   std::map<std::string, int64_t> peak_used_;  // pod uid -> most used bytes seen; guarded by scan_mu_

@@ -43,7 +43,8 @@ struct SizingRecord {
   std::string by;         // "runtime", "hook" or "reconcile"
   std::string source;     // the plan's source: annotation:<key>, env:..., engine, policy
   std::string requested;  // as written ("2Gi", "auto")
-  int64_t bytes = 0;      // the size applied
+  int64_t bytes = 0;      // the size applied, in whole pages
+  MemoryLimit limit;      // the memory limit "auto" used (bytes 0 = none)
 };
 
 SizingRecord SizingRecordOf(const ShmPlan& plan, const char* by);

@@ -26,10 +26,12 @@ struct ContainerRecord {
   std::string name;                                // Docker name or CRI container name
   std::map<std::string, std::string> annotations;  // from the OCI spec
   std::map<std::string, std::string> labels;       // from the Docker API
-  int64_t requested_bytes = 0;                     // what the spec asks for (0 = unknown)
+  int64_t requested_bytes = 0;                     // what the spec asks for, in whole pages (0 = unknown)
   std::string requested_source;
-  std::string shm_bind_source;  // host path bound at /dev/shm by the spec ("" = not a bind)
-  std::string sized_by;         // from the sizing record: runtime, hook, reconcile ("" = none)
+  int64_t memory_limit_bytes = 0;   // the memory limit `shm.default: auto` used (sizing record; 0 = none)
+  std::string memory_limit_source;  // where it was read (see MemoryLimit)
+  std::string shm_bind_source;      // host path bound at /dev/shm by the spec ("" = not a bind)
+  std::string sized_by;             // from the sizing record: runtime, hook, reconcile ("" = none)
 };
 
 // The default state roots of runc/crun under Docker, containerd and CRI-O.
@@ -39,6 +41,13 @@ std::vector<std::string> DefaultRuntimeRoots();
 // A container whose init process is gone or was replaced is skipped.
 std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots,
                                                 const std::string& proc = "/proc");
+
+// What is wrong with a configured runtime root, one line each with the fix:
+// a root that exists but holds no <id>/state.json, only directories that
+// themselves hold containers (a runtime's root above its namespace
+// directories, as containerd's runc root above k8s.io), or nothing the agent
+// knows. An empty or missing root is fine (no containers yet).
+std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roots);
 
 // Adds Docker names and labels (compose project/service) from the Engine API
 // on `socket`. kNotFound when no engine listens there.

@@ -45,14 +45,20 @@ class ChangeWatcher {
   explicit ChangeWatcher(std::function<void()> on_change);
   ~ChangeWatcher();
   Status Start();
-  // Replaces the watched set (directories that vanish are dropped).
-  void SetPaths(const std::vector<std::string>& paths);
+  // Replaces the watched set. `roots` (runtime state roots) are watched one
+  // level down too, so a new container's state.json written after its
+  // directory appeared is seen. A path or root that does not exist yet is
+  // waited for on its nearest existing parent and watched once it appears
+  // (before `on_change` runs for that event).
+  void SetPaths(const std::vector<std::string>& paths, const std::vector<std::string>& roots = {});
 
  private:
   void Run();
+  void Sync();  // REQUIRES: mu_ held. Makes the watches match want_/roots_.
   std::function<void()> on_change_;
   UniqueFd inotify_, stop_;
   std::mutex mu_;
+  std::vector<std::string> want_, roots_;
   std::map<std::string, int> watches_;  // path -> wd
   std::thread thread_;
 };

@@ -59,6 +59,8 @@ struct PodRecord {
   int64_t memcg_shmem_bytes = 0;
   int64_t requested_bytes = 0;
   std::string requested_source;
+  int64_t memory_limit_bytes = 0;  // the memory limit "auto" sized it from (0 = none)
+  std::string memory_limit_source;
   std::string sized_by;  // runtime, hook or reconcile; "" when shmkeeper did not size it
   std::vector<SegmentRecord> top_segments;
   int64_t leaked_bytes = 0;

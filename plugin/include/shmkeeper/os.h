@@ -32,6 +32,8 @@ class Os {
   virtual int64_t HostMemoryBytes() = 0;
   // realpath(3).
   virtual Result<std::string> RealPath(const std::string& path) = 0;
+  // The page size a tmpfs rounds its size= up to.
+  virtual int64_t PageSize();
 
   // The real implementation. Thread-safe; never deleted.
   static Os* Default();

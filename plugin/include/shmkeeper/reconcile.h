@@ -7,11 +7,13 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shmkeeper/config.h"
 #include "shmkeeper/discovery.h"
+#include "shmkeeper/node_scan.h"
 #include "shmkeeper/os.h"
 #include "shmkeeper/shm_plan.h"
 #include "shmkeeper/status.h"
@@ -23,8 +25,16 @@ struct CriSandbox {
   std::string id;
   std::string ns, name, uid;
   bool ready = false;
+  std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+  std::optional<MemoryLimit> memory_limit;  // from PodSandboxStatus, when the runtime tells
 };
+
+// The pod's memory limit in the runtime's verbose PodSandboxStatus
+// info["info"] JSON: the kubelet's config.linux.resources.memory_limit_in_bytes
+// (containerd), else what SpecMemoryLimit finds in "runtimeSpec" (both).
+// Source "cri:PodSandboxStatus". The text is untrusted; nullopt when absent.
+std::optional<MemoryLimit> MemoryLimitFromSandboxInfo(const std::string& info_json);
 
 struct ReconcileResult {
   std::string sandbox_id;
@@ -39,5 +49,9 @@ struct ReconcileResult {
 std::vector<ReconcileResult> ReconcileSandboxes(const std::vector<CriSandbox>& sandboxes,
                                                 const std::vector<ContainerRecord>& containers, const Config& config,
                                                 Os& os);
+
+// Puts each sandbox's CRI labels on its Kubernetes pod (matched by uid, else
+// namespace and name). Labels the pod already has are kept.
+void LabelPodsFromCri(const std::vector<CriSandbox>& sandboxes, std::vector<PodRecord>* pods);
 
 }  // namespace shmkeeper

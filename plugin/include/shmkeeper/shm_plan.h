@@ -19,6 +19,15 @@ inline constexpr const char* kCrioShmSizeAnnotation = "shm-size.crio.io";
 inline constexpr const char* kCrioLegacyShmSizeAnnotation = "io.kubernetes.cri-o.ShmSize";
 inline constexpr const char* kShmSizeEnv = "SHMKEEPER_SHM_SIZE";
 
+// Where runtimes put a pod's memory limit on the sandbox's spec. containerd
+// (1.6+, the CRI plugin) writes the kubelet's PodSandboxConfig.linux.resources
+// as sandbox-memory (bytes; "0" = none) next to sandbox-cpu-period/-quota/
+// -shares, which shmkeeper does not read; CRI-O writes the same message as
+// JSON under PodLinuxResources (renamed pod-linux-resources.crio.io).
+inline constexpr const char* kContainerdSandboxMemoryAnnotation = "io.kubernetes.cri.sandbox-memory";
+inline constexpr const char* kCrioPodResourcesAnnotation = "pod-linux-resources.crio.io";
+inline constexpr const char* kCrioLegacyPodResourcesAnnotation = "io.kubernetes.cri-o.PodLinuxResources";
+
 // The shape /dev/shm takes in a container's spec.
 enum class ShmShape {
   kSpecTmpfs,  // a tmpfs mount in the spec (Docker --ipc=private): edit size=
@@ -38,6 +47,14 @@ struct ShmTarget {
 
 enum class ShmAction { kResize, kKeep, kSkip };
 
+// A memory limit for `shm.default: auto` and where it was read:
+// "spec:linux.resources.memory.limit", "annotation:<key>" or
+// "cri:PodSandboxStatus" (agent-only mode).
+struct MemoryLimit {
+  int64_t bytes = 0;
+  std::string source;
+};
+
 struct ShmPlan {
   ShmAction action = ShmAction::kSkip;
   ShmTarget target;
@@ -47,6 +64,7 @@ struct ShmPlan {
   int64_t new_bytes = 0;
   bool clamped = false;  // reduced to shm.max under overMax: clamp
   std::string reason;    // human explanation of the action
+  MemoryLimit limit;     // the memory limit "auto" used (bytes 0 = none, half of RAM)
 };
 
 // A size request and where it came from.
@@ -60,12 +78,22 @@ struct ShmRequest {
 // nullopt. kInvalidArgument for an unparseable value.
 Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec);
 
+// The container's or its pod's memory limit as its spec shows it, first of:
+// linux.resources.memory.limit, containerd's sandbox-memory annotation,
+// CRI-O's pod resources annotation. Malformed or zero values are skipped.
+std::optional<MemoryLimit> SpecMemoryLimit(const Spec& spec);
+
 // Classifies the container's /dev/shm. Errors are internal (statfs failures).
 Result<ShmTarget> ClassifyShm(const Spec& spec, const std::string& container_id, Os& os);
 
-// Decides the size. kInvalidArgument for bad user input (an unparseable size,
-// a size over shm.max under overMax: reject, a shrink below used bytes).
-Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id, Os& os);
+// Decides the size. Sizes are planned and compared as the kernel stores them,
+// rounded up to whole pages (RoundUpToPage), so a size the tmpfs already has
+// is a kKeep. `cri_limit` is the pod's memory limit as the CRI reports it,
+// used by "auto" when the spec shows none. kInvalidArgument for bad user input
+// (an unparseable size, a size over shm.max under overMax: reject, a shrink
+// below used bytes).
+Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::string& container_id, Os& os,
+                        const std::optional<MemoryLimit>& cri_limit = std::nullopt);
 
 // Applies a kResize plan: edits the spec (kSpecTmpfs) or remounts the host
 // tmpfs (kHostTmpfs). The spec is not saved here.

@@ -27,6 +27,15 @@ inline constexpr int64_t kEngineDefaultShmBytes = 64 * kMiB;
 // than int64 bytes, unknown unit, trailing junk, whitespace.
 Result<int64_t> ParseSize(std::string_view text);
 
+// The memory page size of this machine (sysconf(_SC_PAGESIZE)).
+int64_t SystemPageSize();
+
+// The size a tmpfs really gets for size=`bytes`: the kernel stores whole pages
+// (DIV_ROUND_UP(size, PAGE_SIZE) blocks), so every planned or compared tmpfs
+// size goes through this. Where rounding up would pass INT64_MAX, the largest
+// whole number of pages below it. REQUIRES: bytes >= 0, page > 0.
+int64_t RoundUpToPage(int64_t bytes, int64_t page = SystemPageSize());
+
 // Formats bytes in IEC units for humans: "64MiB", "1.5GiB", "512B".
 std::string FormatSize(int64_t bytes);
 
