@@ -175,6 +175,10 @@ class Kubelet:
                   "log_directory": str(self.node.base / "logs" / f"{namespace}_{name}_{uid}"),
                   "labels": labels, "annotations": meta.get("annotations", {}),
                   "linux": {"security_context": {"namespace_options": pod["ns_options"], "privileged": privileged}}}
+        # The pod's memory limit when every container has one (the kubelet's sandbox resources).
+        limits = [c.get("resources", {}).get("limits", {}).get("memory") for c in spec["containers"]]
+        if all(limits):
+            config["linux"]["resources"] = {"memory_limit_in_bytes": str(sum(map(parse_quantity, limits)))}
         pod["config_path"] = pod["dir"] / "sandbox.json"
         pod["config_path"].write_text(json.dumps(config))
         pod["id"] = self.node.cri("runp", pod["config_path"], *([handler] if handler else [])).stdout.strip()
@@ -293,10 +297,11 @@ class Kubelet:
         return f"{code} {body}"
 
 
-def workload(name, annotations=None, command=("sleep", "3600"), image=PAUSE_IMAGE, env=None):
-    return {"metadata": {"labels": {"app": name}, "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "main", "image": image, "command": list(command),
-                                     "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}}
+def workload(name, annotations=None, command=("sleep", "3600"), image=PAUSE_IMAGE, memory_limit=None):
+    c = {"name": "main", "image": image, "command": list(command)}
+    if memory_limit:
+        c["resources"] = {"limits": {"memory": memory_limit}}
+    return {"metadata": {"labels": {"app": name}, "annotations": annotations or {}}, "spec": {"containers": [c]}}
 
 
 @pytest.fixture(scope="module")
@@ -385,6 +390,9 @@ def test_workload_pods_get_their_size_and_the_preload(kubelet, rendered, agent_p
     out = node.cri("exec", pod["containers"]["main"], "df", "-k", "/dev/shm").stdout
     assert df_kib(out) == 2 * GiB // 1024
     node.cri("exec", pod["containers"]["main"], "dd", "if=/dev/zero", "of=/dev/shm/data", "bs=1M", "count=24")
+    # No annotation, a 1 GiB memory limit: `auto` gives the pod its limit (as for a memory-backed emptyDir).
+    limited = run_workload(kubelet, rendered, "limited", memory_limit="1Gi")
+    assert df_kib(node.cri("exec", limited["containers"]["main"], "df", "-k", "/dev/shm").stdout) == GiB // 1024
     # The preload is the container's own process's (execs get containerd's copy of the spec, without it).
     glibc = run_workload(kubelet, rendered, "glibc", annotations={"shmkeeper.io/shm-size": "32Mi"}, image=GLIBC_IMAGE,
                          command=["sh", "-c", "shmgrow env; shmgrow create big 64; echo exit=$?; sleep 3600"])
