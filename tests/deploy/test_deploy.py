@@ -9,22 +9,16 @@ import re
 import shutil
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from harness import AGENTD, BUILD, REPO, require, run
+from harness import AGENTD, BUILD, REPO, run
+from k8s_render import BASE, RELEASE_LABEL, kustomize, overlay
 
 VERSION = re.search(r"project\(shmkeeper VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
-BASE = REPO / "deploy" / "kubernetes"
 CHART = REPO / "helm" / "shmkeeper"
 SETUP = REPO / "deploy" / "image" / "node-setup.sh"
-
-
-def kustomize(path):
-    require(shutil.which("kubectl") is not None, "kubectl is not installed")
-    return list(yaml.safe_load_all(run(["kubectl", "kustomize", path]).stdout))
 
 
 def by_kind(docs, kind):
@@ -110,23 +104,6 @@ def test_policy_configmap_parses_with_the_agents_parser(rendered, tmp_path):
 def test_runtimeclass_names_the_handler_install_registers(rendered):
     rc = by_kind(rendered, "RuntimeClass")[0]
     assert rc["metadata"]["name"] == "shmkeeper" and rc["handler"] == "shmkeeper"
-
-
-def overlay(tmp_path, components, extra=None):
-    """An overlay of the base with `components`, as a user writes it."""
-    d = tmp_path / ("overlay-" + "-".join(c.rsplit("/", 1)[-1] for c in components))
-    d.mkdir()
-    up = Path(*[".."] * len(d.parts[1:]))
-    doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-           "resources": [str(up / BASE.relative_to("/"))],
-           "components": [str(up / (BASE / c).relative_to("/")) for c in components]}
-    (d / "kustomization.yaml").write_text(yaml.safe_dump(dict(doc, **(extra or {}))))
-    return d
-
-
-# What components/servicemonitor/kustomization.yaml tells users to add for kube-prometheus-stack.
-RELEASE_LABEL = {"labels": [{"pairs": {"release": "kube-prometheus-stack"}, "includeSelectors": False,
-                             "fields": [{"kind": "ServiceMonitor", "path": "metadata/labels", "create": True}]}]}
 
 
 def test_components_render(tmp_path):
