@@ -36,10 +36,10 @@ import yaml
 
 from harness import (BUILD, CRI_TOOL, PAUSE_IMAGE, REPO, SHMGROW, df_kib, glibc_rootfs, require, run, wait_for,
                      write_image_archive)
+from k8s_render import kustomize, overlay
 
 GiB = 1 << 30
 MiB = 1 << 20
-BASE = REPO / "deploy" / "kubernetes"
 RESTART_COMMAND = 'kill "$(cat /run/containerd.pid)"'  # the supervisor below starts it again
 GLIBC_IMAGE = "shmkeeper.test/glibc:1"
 
@@ -242,7 +242,15 @@ class Kubelet:
         path = pod["dir"] / f"{c['name']}-{attempt}.json"
         path.write_text(json.dumps(config))
         cid = self.node.cri("create", pod["id"], path, pod["config_path"]).stdout.strip()
-        self.node.cri("start", cid)
+        p = self.node.cri("start", cid, check=False)
+        if p.returncode != 0:
+            # The install container may restart containerd before StartContainer has answered: once it is
+            # back, the container's state says whether it started (the kubelet reads it the same way).
+            assert "cri-tool: 14:" in p.stderr, p.stderr
+            state = wait_for(lambda: (q := self.node.cri("inspect", cid, check=False)).returncode == 0
+                             and json.loads(q.stdout)["status"].get("state", "CONTAINER_CREATED"), timeout=60,
+                             what="containerd back after a restart")
+            assert state != "CONTAINER_CREATED", p.stderr
         pod["containers"][c["name"]] = cid
         return cid
 
@@ -304,24 +312,24 @@ def workload(name, annotations=None, command=("sleep", "3600"), image=PAUSE_IMAG
     return {"metadata": {"labels": {"app": name}, "annotations": annotations or {}}, "spec": {"containers": [c]}}
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    require(shutil.which("kubectl") is not None, "kubectl is not installed")
+# The operator's overlay for a node without systemd: the restart command.
+RESTART_PATCH = {"patches": [{"target": {"kind": "DaemonSet", "name": "shmkeeper"}, "patch": yaml.safe_dump({
+    "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "shmkeeper"},
+    "spec": {"template": {"spec": {"initContainers": [{"name": "install", "env": [
+        {"name": "SHMKEEPER_RESTART_COMMAND", "value": RESTART_COMMAND}]}]}}}})}]}
+
+
+def render(tmp_path, components):
     require(shutil.which("containerd") is not None and shutil.which("catatonit") is not None,
             "containerd and catatonit are needed")
     require(CRI_TOOL.exists() and SHMGROW.exists(), "cri-tool and shmgrow must be built")
     require((BUILD / "plugin" / "shmkeeper-static").exists(), "shmkeeper-static must be built")
-    # The operator's overlay for a node without systemd: the restart command.
-    d = tmp_path_factory.mktemp("overlay")
-    up = Path(*[".."] * len(d.parts[1:]))
-    (d / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [str(up / BASE.relative_to("/"))],
-        "patches": [{"target": {"kind": "DaemonSet", "name": "shmkeeper"}, "patch": yaml.safe_dump({
-            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "shmkeeper"},
-            "spec": {"template": {"spec": {"initContainers": [{"name": "install", "env": [
-                {"name": "SHMKEEPER_RESTART_COMMAND", "value": RESTART_COMMAND}]}]}}}})}]}))
-    return list(yaml.safe_load_all(run(["kubectl", "kustomize", d]).stdout))
+    return kustomize(overlay(tmp_path, components, RESTART_PATCH))
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    return render(tmp_path_factory.mktemp("overlay"), [])
 
 
 def by(docs, kind, name=None):
@@ -329,21 +337,32 @@ def by(docs, kind, name=None):
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory, rendered, rootfs, root_and_runc):
-    images = tmp_path_factory.mktemp("images")
-    ds = by(rendered, "DaemonSet", "shmkeeper")
-    tag = ds["spec"]["template"]["spec"]["containers"][0]["image"]
-    run([REPO / "deploy" / "image" / "build-offline.sh", BUILD, images / "shmkeeper.tar", tag], timeout=300)
-    write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], images / "pause.tar")
-    write_image_archive(glibc_rootfs(tmp_path_factory.mktemp("glibc")), GLIBC_IMAGE, ["/bin/sh"],
-                        images / "glibc.tar")
-    n = Node(tmp_path_factory.mktemp("node"))
+def images(tmp_path_factory, rendered, rootfs, root_and_runc):
+    """The node image (built offline), the pause image and a glibc image."""
+    d = tmp_path_factory.mktemp("images")
+    tag = by(rendered, "DaemonSet", "shmkeeper")["spec"]["template"]["spec"]["containers"][0]["image"]
+    run([REPO / "deploy" / "image" / "build-offline.sh", BUILD, d / "shmkeeper.tar", tag], timeout=300)
+    write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], d / "pause.tar")
+    write_image_archive(glibc_rootfs(tmp_path_factory.mktemp("glibc")), GLIBC_IMAGE, ["/bin/sh"], d / "glibc.tar")
+    return [d / "shmkeeper.tar", d / "pause.tar", d / "glibc.tar"]
+
+
+def start_node(base, images):
+    n = Node(base)
     try:
-        for archive in ("shmkeeper.tar", "pause.tar", "glibc.tar"):
-            n.ctr("images", "import", images / archive)
-        yield n
-    finally:
+        for archive in images:
+            n.ctr("images", "import", archive)
+    except BaseException:
         n.stop()
+        raise
+    return n
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, images):
+    n = start_node(tmp_path_factory.mktemp("node"), images)
+    yield n
+    n.stop()
 
 
 @pytest.fixture(scope="module")
@@ -445,3 +464,32 @@ def test_deleting_the_daemonset_pod_leaves_workloads_and_registration(kubelet, r
             assert node.cri("exec", c["id"], "true", check=False).returncode == 0
     pod = run_workload(kubelet, rendered, "after-delete", annotations={"shmkeeper.io/shm-size": "2Gi"})
     assert df_kib(node.cri("exec", pod["containers"]["main"], "df", "-k", "/dev/shm").stdout) == 2 * GiB // 1024
+
+
+def test_agent_only_component_sizes_pods_without_touching_the_runtime(tmp_path_factory, images):
+    """components/agent-only on a node of its own: containerd's config and
+    process are left alone, no RuntimeClass exists, and the agent in the
+    DaemonSet pod resizes a plain pod's /dev/shm from its annotation."""
+    docs = render(tmp_path_factory.mktemp("agent-only"), ["components/agent-only"])
+    assert not [d for d in docs if d["kind"] == "RuntimeClass"]
+    n = start_node(tmp_path_factory.mktemp("agent-only-node"), images)
+    try:
+        kubelet = Kubelet(n, {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"})
+        before = n.sh("cat", "/etc/containerd/config.toml").stdout
+        ds = by(docs, "DaemonSet", "shmkeeper")
+        agent = kubelet.run_pod("shmkeeper-node", ds["metadata"]["namespace"], ds["spec"]["template"])
+        assert n.sh("cat", "/etc/containerd/config.toml").stdout == before and n.containerd_starts() == 1
+        wait_for(lambda: kubelet.probe(agent, "agent", "readinessProbe"), timeout=60, interval=0.5, what="agent ready")
+        pod = kubelet.run_pod("trainer", "default", workload("trainer", annotations={"shmkeeper.io/shm-size": "2Gi"}))
+        cid = pod["containers"]["main"]
+        wait_for(lambda: df_kib(n.cri("exec", cid, "df", "-k", "/dev/shm").stdout) == 2 * GiB // 1024, timeout=40,
+                 interval=1, what="the agent resizing the pod's /dev/shm")
+
+        def listed():
+            pods = json.loads(n.sh("/usr/local/bin/shmkeeper", "pods", "-o", "json").stdout).get("pods", [])
+            return next((p for p in pods if p.get("name") == "trainer" and p["shm"].get("sizedBy")), None)
+        rec = wait_for(listed, timeout=30, interval=1, what="the agent listing the pod")
+        assert rec["uid"] == pod["uid"] and rec["shm"]["sizedBy"] == "reconcile"
+        assert kubelet.probe(agent, "agent", "livenessProbe")
+    finally:
+        n.stop()
