@@ -20,12 +20,16 @@ mkdir -p "$rootfs"/{bin,usr/local/bin,usr/local/lib/shmkeeper,etc/shmkeeper,tmp,
 for b in shmkeeper-runtime shmkeeper-hook shmkeeperd shmkeeper-doctor; do
   install -s -m 0755 "$build/plugin/$b" "$rootfs/usr/local/bin/$b"
 done
-install -s -m 0755 "$build/plugin/shmkeeper-static" "$rootfs/usr/local/bin/shmkeeper"
+# The CLI nodes get is the static build; a sanitizer build has none (test
+# images only): its dynamic CLI then, with its libraries below.
+cli=shmkeeper-static
+[ -x "$build/plugin/$cli" ] || cli=shmkeeper
+install -s -m 0755 "$build/plugin/$cli" "$rootfs/usr/local/bin/shmkeeper"
 install -m 0644 "$build/plugin/libshmkeeper-preload.so" "$rootfs/usr/local/lib/shmkeeper/libshmkeeper-preload.so"
 install -m 0755 "$here/node-setup.sh" "$rootfs/usr/local/bin/node-setup.sh"
 install -m 0644 "$repo/deploy/config/config.yaml" "$rootfs/etc/shmkeeper/config.yaml"
 # Shared libraries of the dynamic binaries, at the paths ldd resolves them to.
-for b in shmkeeperd; do
+for b in shmkeeperd $([ "$cli" = shmkeeper ] && echo shmkeeper); do
   ldd "$build/plugin/$b" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L -n "$lib" "$rootfs$lib"
