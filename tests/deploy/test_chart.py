@@ -7,7 +7,7 @@ Differences that are Helm's or kustomize's own are normalised away before
 comparing: Helm's release labels (instance, version, helm.sh/chart) and the
 policy checksum annotation, kustomize's ConfigMap name hash, env order (a
 strategic-merge patch reorders lists), and the policy file's comments (it is
-compared parsed). Every chart variant is schema-checked too."""
+compared parsed). test_schema.py validates every chart variant."""
 import copy
 import json
 import re
@@ -15,7 +15,7 @@ import re
 import pytest
 import yaml
 
-from k8s_render import render_chart, render_variant, validate
+from k8s_render import render_chart, render_variant
 
 HELM_ONLY_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"}
 
@@ -74,18 +74,3 @@ def test_chart_choices_beyond_the_base(helmrender, tmp_path):
     ds = next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "shmkeeper")
     env = {e["name"]: e["value"] for e in ds["spec"]["template"]["spec"]["initContainers"][0]["env"]}
     assert env["SHMKEEPER_RESTART_RUNTIME"] == "command" and env["SHMKEEPER_RESTART_COMMAND"] == "sv restart containerd"
-
-
-CHART_SCHEMA_VARIANTS = dict(CHART_VALUES, **{
-    "no-metrics": {"metrics": {"enabled": False}},
-    "set-as-default+nodeSelector": {"setAsDefault": True, "nodeSelector": {"gpu": "true"}},
-    "existing-namespace": {"namespace": {"create": False}},
-})
-
-
-@pytest.mark.parametrize("variant", list(CHART_SCHEMA_VARIANTS))
-def test_every_chart_variant_is_schema_valid(helmrender, k8s_models, tmp_path, variant):
-    docs = [dict(d, __source="chart " + variant)
-            for d in render_chart(helmrender, tmp_path, CHART_SCHEMA_VARIANTS[variant])]
-    p = validate(k8s_models, tmp_path, docs)
-    assert p.returncode == 0, p.stdout + p.stderr
