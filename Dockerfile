@@ -1,5 +1,7 @@
 # The shmkeeper node image: shmkeeperd, the node-setup script the DaemonSet's
-# init container runs, and the binaries it copies to the host.
+# init container runs, and what it copies to the host: the static binaries
+# (shmkeeper-runtime, shmkeeper-hook, shmkeeper-doctor, and shmkeeper built as
+# shmkeeper-static) and libshmkeeper-preload.so.
 #   docker build -t shmkeeper/shmkeeper:0.1.0 .
 # Offline (no registry reachable), deploy/image/build-offline.sh builds the
 # same image from a local build.
@@ -10,7 +12,8 @@ RUN deploy/install-deps.sh build
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DSHMKEEPER_BUILD_TESTS=OFF \
  && cmake --build /build -j"$(nproc)" \
- && cmake --install /build --prefix /out
+ && cmake --install /build --prefix /out \
+ && install -m 0755 /build/plugin/shmkeeper-static /out/bin/shmkeeper
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq \
@@ -18,6 +21,7 @@ RUN apt-get update -qq \
       libssl3 zlib1g libbrotli1 util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=build /out/lib/shmkeeper/libshmkeeper-preload.so /usr/local/lib/shmkeeper/libshmkeeper-preload.so
 COPY deploy/image/node-setup.sh /usr/local/bin/node-setup.sh
 COPY deploy/config/config.yaml /etc/shmkeeper/config.yaml
 ENTRYPOINT ["/usr/local/bin/shmkeeperd"]

@@ -1,16 +1,30 @@
 #!/bin/sh
-# node-setup.sh install|uninstall: what the shmkeeper DaemonSet does to a node.
+# node-setup.sh install|uninstall|idle: what the shmkeeper DaemonSets do to a node.
 #
-#   install    (init container) copy the binaries and the node policy to the
-#              host, register shmkeeper with the node's runtime (containerd or
-#              CRI-O, detected from its socket unless SHMKEEPER_RUNTIME says),
-#              and restart that runtime only when its config changed.
-#   uninstall  (preStop) undo the registration, restart the runtime if it
-#              changed. The binaries stay: containers created through
-#              shmkeeper-runtime still need it for their kill and delete.
+#   install    (the agent DaemonSet's init container) copy the binaries, the
+#              preload library and the node policy to the host, register
+#              shmkeeper with the node's runtime (containerd or CRI-O, detected
+#              from its socket unless SHMKEEPER_RUNTIME says), and restart that
+#              runtime only when its config changed. Idempotent: a rolling
+#              update replaces the binaries and restarts nothing.
+#   uninstall  (the uninstall DaemonSet's init container, on nodes labelled
+#              shmkeeper.io/uninstall=true) undo the registration, restart the
+#              runtime if its config changed. The binaries stay: containers
+#              created through shmkeeper-runtime still need it for their kill
+#              and delete.
+#   idle       (the uninstall DaemonSet's container) sleep, so that the pod
+#              shows Running once the uninstall is done.
 #
-# The host's / is mounted at $SHMKEEPER_HOST_ROOT. No user value reaches a
-# shell: everything below is fixed paths and the DaemonSet's own settings.
+# Restarting the runtime (SHMKEEPER_RESTART_RUNTIME):
+#   auto     systemd when the host runs it (/run/systemd/system), else
+#            SHMKEEPER_RESTART_COMMAND when set, else fail with the fix
+#   systemd  `systemctl restart <unit>` in the host's namespaces (hostPID)
+#   command  SHMKEEPER_RESTART_COMMAND, run by sh in the host's namespaces
+#            (e.g. `sv restart containerd`, `rc-service containerd restart`)
+#   false    leave it; log that it needs a restart
+#
+# The host's / is mounted at $SHMKEEPER_HOST_ROOT. No pod or user value reaches
+# a shell: everything below is fixed paths and the DaemonSet's own settings.
 set -eu
 
 HOST=${SHMKEEPER_HOST_ROOT:-/host}
@@ -20,7 +34,13 @@ POLICY=${SHMKEEPER_POLICY:-/etc/shmkeeper/config.yaml} # the ConfigMap
 RUNTIME=${SHMKEEPER_RUNTIME:-auto}
 SET_AS_DEFAULT=${SHMKEEPER_SET_AS_DEFAULT:-false}
 AGENT_ONLY=${SHMKEEPER_AGENT_ONLY:-false}
-RESTART=${SHMKEEPER_RESTART_RUNTIME:-true}
+RESTART=${SHMKEEPER_RESTART_RUNTIME:-auto}
+RESTART_COMMAND=${SHMKEEPER_RESTART_COMMAND:-}
+LIB_SRC_DIR=${SHMKEEPER_SOURCE_LIB_DIR:-/usr/local/lib/shmkeeper} # in the image
+# On the host: ../lib/shmkeeper from the runtime, where inject.library's
+# default lookup finds it.
+LIB_DIR=${BIN_DIR%/*}/lib/shmkeeper
+LIBRARY=libshmkeeper-preload.so
 CONTAINERD_CONFIG=${SHMKEEPER_CONTAINERD_CONFIG:-/etc/containerd/config.toml}
 BINARIES="shmkeeper-runtime shmkeeper-hook shmkeeper shmkeeper-doctor"
 
@@ -54,24 +74,62 @@ copy_binaries() {
     chmod 0755 "$HOST$BIN_DIR/.$b.new"
     mv -f "$HOST$BIN_DIR/.$b.new" "$HOST$BIN_DIR/$b"
   done
+  mkdir -p "$HOST$LIB_DIR"
+  cp "$LIB_SRC_DIR/$LIBRARY" "$HOST$LIB_DIR/.$LIBRARY.new"
+  chmod 0644 "$HOST$LIB_DIR/.$LIBRARY.new"
+  mv -f "$HOST$LIB_DIR/.$LIBRARY.new" "$HOST$LIB_DIR/$LIBRARY"
   mkdir -p "$HOST/etc/shmkeeper"
   cp "$POLICY" "$HOST/etc/shmkeeper/.config.yaml.new"
   mv -f "$HOST/etc/shmkeeper/.config.yaml.new" "$HOST/etc/shmkeeper/config.yaml"
-  log "binaries in $BIN_DIR, policy in /etc/shmkeeper/config.yaml"
+  log "binaries in $BIN_DIR, $LIBRARY in $LIB_DIR, policy in /etc/shmkeeper/config.yaml"
 }
 
-checksum() { cat "$@" 2>/dev/null | cksum; }
+checksum() { cat "$@" 2>/dev/null | md5sum; }
+
+# In the host's namespaces, through pid 1 (the pod is hostPID);
+# SHMKEEPER_HOST_PID names another host process (tests: their own).
+on_host() { nsenter -t "${SHMKEEPER_HOST_PID:-1}" -m -u -i -n -p -- "$@"; }
 
 restart_runtime() {
   unit=$1
-  if [ "$RESTART" != true ]; then log "$unit config changed; restart it to apply"; return; fi
-  # hostPID: enter the host's namespaces through pid 1 and ask its systemd.
-  if nsenter -t 1 -m -u -i -n -p -- systemctl restart "$unit"; then
-    log "restarted $unit"
-  else
-    die "$unit config changed but restarting it failed; restart it by hand"
+  how=$RESTART
+  if [ "$how" = auto ] || [ "$how" = true ]; then
+    if [ -d "$HOST/run/systemd/system" ]; then how=systemd
+    elif [ -n "$RESTART_COMMAND" ]; then how=command
+    else die "$unit config changed, the node has no systemd and SHMKEEPER_RESTART_COMMAND is unset; restart $unit by hand or set it"; fi
   fi
+  case "$how" in
+    false) log "$unit config changed; restart it to apply"; return ;;
+    systemd) set -- systemctl restart "$unit" ;;
+    command)
+      [ -n "$RESTART_COMMAND" ] || die "SHMKEEPER_RESTART_RUNTIME=command needs SHMKEEPER_RESTART_COMMAND"
+      set -- sh -c "$RESTART_COMMAND" ;;
+    *) die "SHMKEEPER_RESTART_RUNTIME must be auto, systemd, command or false (got: $how)" ;;
+  esac
+  sock=$(runtime_socket "$unit")
+  old=$(socket_id "$sock")
+  on_host "$@" || die "$unit config changed but restarting it ($how) failed; restart it by hand"
+  # A command may return before the runtime is back (a supervisor restarts
+  # it): wait for its new socket, so that this container's own exit is seen
+  # by the new runtime rather than lost while it starts.
+  i=0
+  while [ "$(socket_id "$sock")" = "$old" ] || [ ! -S "$sock" ]; do
+    i=$((i + 1))
+    [ "$i" -le 120 ] || die "restarted $unit ($how), but its socket $sock did not come back within 60s"
+    sleep 0.5
+  done
+  log "restarted $unit ($how)"
 }
+
+runtime_socket() {
+  if [ "$1" = containerd ]; then echo "$HOST/run/containerd/containerd.sock"
+  elif [ -S "$HOST/run/crio/crio.sock" ]; then echo "$HOST/run/crio/crio.sock"
+  else echo "$HOST/var/run/crio/crio.sock"; fi
+}
+
+# The socket file's inode and change time (ns): a restarted runtime binds a
+# new one (inode numbers alone are reused at once).
+socket_id() { stat -c '%i %z' "$1" 2>/dev/null || echo gone; }
 
 register() {
   verb=$1
@@ -107,7 +165,9 @@ case "${1:-}" in
     if [ "$AGENT_ONLY" = true ]; then log "agent-only mode: the runtime config is left alone"; exit 0; fi
     register install ;;
   uninstall)
-    if [ "$AGENT_ONLY" = true ]; then exit 0; fi
-    register uninstall ;;
-  *) die "usage: node-setup.sh install|uninstall" ;;
+    if [ "$AGENT_ONLY" = true ]; then log "agent-only mode: nothing registered"; exit 0; fi
+    register uninstall
+    log "shmkeeper is unregistered from this node's runtime" ;;
+  idle) exec sleep 2147483647 ;;
+  *) die "usage: node-setup.sh install|uninstall|idle" ;;
 esac

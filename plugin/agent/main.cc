@@ -65,9 +65,10 @@ int Run(int argc, char** argv) {
   app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
   app.add_option("--socket", socket, "Override agent.socket");
   app.add_option("--metrics-address", metrics, "Override agent.metricsAddress");
-  bool check_config = false, reconcile = false;
+  bool check_config = false, reconcile = false, probe = false;
   app.add_flag("--reconcile", reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
   app.add_flag("--check-config", check_config, "Parse the config, print the effective settings as JSON and exit");
+  app.add_flag("--probe", probe, "Liveness probe: ask the agent this config describes for /healthz; exit 0 if healthy");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -96,6 +97,11 @@ int Run(int argc, char** argv) {
   }
   if (!socket.empty()) config->agent.socket = socket;
   if (app.count("--metrics-address")) config->agent.metrics_address = metrics;
+  if (probe) {
+    Result<std::string> health = ProbeHealth(*config);
+    std::cout << (health.ok() ? *health : "shmkeeperd: " + health.status().message() + "\n");
+    return health.ok() ? 0 : 1;
+  }
   Log("info", "starting shmkeeperd " SHMKEEPER_VERSION, {{"config", ConfigToJson(*config)}});
 
   sigset_t set;

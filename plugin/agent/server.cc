@@ -4,10 +4,13 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <httplib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "service.h"
 #include "shmkeeper/fileutil.h"
@@ -54,7 +57,80 @@ bool SplitHostPort(const std::string& addr, std::string* host, int* port) {
   return true;
 }
 
+// Whether a listener accepts connections on the unix socket at `path` (gone,
+// replaced or not listening: false).
+bool UnixSocketAccepts(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+bool IsSocket(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 }  // namespace
+
+HealthReport CheckHealth(const Agent& agent, const std::string& unix_socket,
+                         std::chrono::system_clock::time_point now) {
+  HealthReport r;
+  std::shared_ptr<const NodeSnapshot> snap = agent.Snapshot();
+  const auto interval = agent.config().agent.scan_interval;
+  const auto limit = 3 * interval + std::chrono::seconds(30);
+  if (!snap) {
+    r.problems.push_back("no scan has finished");
+  } else if (now - snap->time > limit) {
+    auto age = std::chrono::duration_cast<std::chrono::seconds>(now - snap->time).count();
+    r.problems.push_back("scan loop stalled: the last scan finished " + std::to_string(age) + "s ago (interval " +
+                         std::to_string(interval.count()) + "ms)");
+  }
+  if (!unix_socket.empty() && !UnixSocketAccepts(unix_socket)) {
+    r.problems.push_back("agent socket " + unix_socket + " accepts no connection");
+  }
+  const std::string& events = agent.config().agent.event_socket;
+  if (!events.empty() && !IsSocket(events)) r.problems.push_back("event socket " + events + " is gone");
+  return r;
+}
+
+std::string HealthReport::Text() const {
+  if (problems.empty()) return "ok\n";
+  std::string out;
+  for (const std::string& p : problems) out += p + "\n";
+  return out;
+}
+
+Result<std::string> ProbeHealth(const Config& config) {
+  const std::string& address = config.agent.metrics_address;
+  if (address.empty()) {
+    if (UnixSocketAccepts(config.agent.socket)) return std::string("ok\n");
+    return Status::Precondition("agent socket " + config.agent.socket + " accepts no connection");
+  }
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(address, &host, &port) || port == 0) {
+    return Status::Invalid("metrics address \"" + address + "\" is not host:port");
+  }
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  httplib::Client client(host, port);
+  client.set_connection_timeout(std::chrono::seconds(3));
+  client.set_read_timeout(std::chrono::seconds(5));
+  httplib::Result res = client.Get("/healthz");
+  if (!res) return Status::Precondition("GET /healthz on " + address + ": " + httplib::to_string(res.error()));
+  if (res->status != 200) {
+    std::string why = res->body;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    return Status::Precondition("unhealthy: " + why);
+  }
+  return res->body;
+}
 
 ServerOptions ServerOptions::FromConfig(const Config& c) {
   ServerOptions o;
@@ -115,8 +191,12 @@ Status AgentServer::StartHttp() {
     std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
     res.set_content(RenderMetrics(snap.get(), *agent), "text/plain; version=0.0.4");
   });
-  http_->Get("/healthz",
-             [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  std::string unix_socket = opts_.unix_socket;
+  http_->Get("/healthz", [agent, unix_socket](const httplib::Request&, httplib::Response& res) {
+    HealthReport health = CheckHealth(*agent, unix_socket, std::chrono::system_clock::now());
+    res.status = health.ok() ? 200 : 503;
+    res.set_content(health.Text(), "text/plain");
+  });
   http_->Get("/readyz", [agent](const httplib::Request&, httplib::Response& res) {
     bool ready = agent->Ready();
     res.status = ready ? 200 : 503;

@@ -1,11 +1,14 @@
 // shmkeeperd's listeners, built from one options struct: gRPC on a unix
 // socket (mode 0660) and optionally on TCP with TLS (mTLS with a client CA),
-// standard health checking and reflection; HTTP /metrics, /healthz, /readyz.
+// standard health checking and reflection; HTTP /metrics, /healthz (liveness:
+// CheckHealth), /readyz (the first scan is done).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "shmkeeper/agent.h"
 #include "shmkeeper/status.h"
@@ -20,6 +23,22 @@ class Server;
 namespace shmkeeper::agent {
 
 class ShmKeeperService;
+
+// The agent's liveness: empty `problems` when its scan loop finished a scan
+// within 3 scan intervals + 30 s of `now`, its gRPC unix socket accepts
+// connections and its event socket (if configured) is still in place.
+struct HealthReport {
+  std::vector<std::string> problems;
+  bool ok() const { return problems.empty(); }
+  std::string Text() const;  // "ok\n", or one problem per line
+};
+HealthReport CheckHealth(const Agent& agent, const std::string& unix_socket, std::chrono::system_clock::time_point now);
+
+// The liveness probe of a running agent configured by `config` (shmkeeperd
+// --probe): GET /healthz on agent.metricsAddress (a wildcard host is asked on
+// loopback), or, without metrics, a connection to agent.socket. Ok with the
+// agent's answer; an error naming what failed.
+Result<std::string> ProbeHealth(const Config& config);
 
 struct ServerOptions {
   std::string unix_socket = "/run/shmkeeper/agent.sock";  // "" = none

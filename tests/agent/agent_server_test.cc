@@ -284,6 +284,38 @@ TEST_F(AgentServerTest, HealthAndMetrics) {
   EXPECT_NE(metrics->body.find("# TYPE shmkeeper_pod_shm_used_bytes gauge"), std::string::npos);
 }
 
+// Liveness is real: a stalled scan loop or a lost socket answers 503 with the
+// reason, and `shmkeeperd --probe` (ProbeHealth) follows the configured address.
+TEST_F(AgentServerTest, LivenessReportsAStalledScanLoopAndLostSockets) {
+  const std::string sock = dir_ + "/agent.sock";
+  httplib::Client http("127.0.0.1", server_->metrics_port());
+  auto live = http.Get("/healthz");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
+  EXPECT_EQ(live->body, "ok\n");
+  Config probe_config = config_;
+  probe_config.agent.socket = sock;
+  probe_config.agent.metrics_address = "0.0.0.0:" + std::to_string(server_->metrics_port());
+  Result<std::string> probe = ProbeHealth(probe_config);
+  ASSERT_TRUE(probe.ok()) << probe.status().message();
+
+  // Four hours on, the hourly scan loop has missed three scans.
+  HealthReport later = CheckHealth(*agent_, sock, std::chrono::system_clock::now() + std::chrono::hours(4));
+  ASSERT_EQ(later.problems.size(), 1u);
+  EXPECT_NE(later.problems[0].find("scan loop stalled"), std::string::npos) << later.problems[0];
+
+  ASSERT_EQ(::unlink(sock.c_str()), 0);  // e.g. the node's /run/shmkeeper was wiped
+  live = http.Get("/healthz");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 503);
+  EXPECT_EQ(live->body, "agent socket " + sock + " accepts no connection\n");
+  probe = ProbeHealth(probe_config);
+  ASSERT_FALSE(probe.ok());
+  EXPECT_NE(probe.status().message().find("accepts no connection"), std::string::npos);
+  probe_config.agent.metrics_address = "";
+  EXPECT_FALSE(ProbeHealth(probe_config).ok());  // without metrics: the socket itself
+}
+
 }  // namespace
 }  // namespace shmkeeper::agent
 

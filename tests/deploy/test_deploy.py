@@ -4,26 +4,21 @@ hold together, the policy they carry parses with the agent's own parser, the
 Helm chart agrees with them, and node-setup.sh (what the DaemonSet runs on a
 node) registers shmkeeper with a node's runtime config and takes it back."""
 import json
+import os
 import re
 import shutil
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from harness import AGENTD, BUILD, REPO, require, run
+from harness import AGENTD, BUILD, REPO, run
+from k8s_render import BASE, RELEASE_LABEL, kustomize, overlay
 
 VERSION = re.search(r"project\(shmkeeper VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
-BASE = REPO / "deploy" / "kubernetes"
 CHART = REPO / "helm" / "shmkeeper"
 SETUP = REPO / "deploy" / "image" / "node-setup.sh"
-
-
-def kustomize(path):
-    require(shutil.which("kubectl") is not None, "kubectl is not installed")
-    return list(yaml.safe_load_all(run(["kubectl", "kustomize", path]).stdout))
 
 
 def by_kind(docs, kind):
@@ -45,35 +40,58 @@ def rendered():
 
 def test_kustomize_renders_every_object(rendered):
     kinds = sorted(d["kind"] for d in rendered)
-    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "RuntimeClass", "Service", "ServiceAccount"]
+    assert kinds == ["ConfigMap", "DaemonSet", "DaemonSet", "Namespace", "RuntimeClass", "Service", "ServiceAccount"]
     for d in rendered:
         if d["kind"] not in ("Namespace", "RuntimeClass"):
             assert d["metadata"]["namespace"] == "shmkeeper"
 
 
+def daemonset(docs, name="shmkeeper"):
+    return next(d for d in by_kind(docs, "DaemonSet") if d["metadata"]["name"] == name)
+
+
 def test_daemonset_mounts_and_images_hold_together(rendered):
-    ds = by_kind(rendered, "DaemonSet")[0]
+    for ds in by_kind(rendered, "DaemonSet"):
+        pod = ds["spec"]["template"]["spec"]
+        volumes = {v["name"] for v in pod["volumes"]}
+        containers = pod["containers"] + pod["initContainers"]
+        for c in containers:
+            assert c["image"] == f"shmkeeper/shmkeeper:{VERSION}"  # the image tag is the project version
+            assert "lifecycle" not in c  # no preStop: a liveness kill or a rolling update must not uninstall
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in volumes, f"{c['name']} mounts {m['name']}, which has no volume"
+        # Host paths are checked, never created: no runtime directories appear on nodes using another runtime.
+        assert {v["hostPath"]["type"] for v in pod["volumes"] if "hostPath" in v} == {"Directory"}
+        assert pod["hostPID"] is True
+        assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+        for c in containers:
+            for cmd in (c.get("command") or [])[:1]:
+                if cmd.startswith("/usr/local/bin/"):
+                    name = cmd.rsplit("/", 1)[1]
+                    assert (REPO / "deploy" / "image" / name).exists() or (BUILD / "plugin" / name).exists(), cmd
+    ds = daemonset(rendered)
     pod = ds["spec"]["template"]["spec"]
-    volumes = {v["name"] for v in pod["volumes"]}
-    containers = pod["containers"] + pod["initContainers"]
-    for c in containers:
-        assert c["image"] == f"shmkeeper/shmkeeper:{VERSION}"  # the image tag is the project version
-        for m in c.get("volumeMounts", []):
-            assert m["name"] in volumes, f"{c['name']} mounts {m['name']}, which has no volume"
-    assert pod["hostPID"] is True
-    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     cm = by_kind(rendered, "ConfigMap")[0]["metadata"]["name"]
     assert [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v] == [cm]
     svc = by_kind(rendered, "Service")[0]
     assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
-    ports = {p["name"] for c in pod["containers"] for p in c.get("ports", [])}
+    assert not svc["spec"]["selector"].items() <= daemonset(rendered, "shmkeeper-uninstall")["spec"]["template"][
+        "metadata"]["labels"].items()
+    ports = {p["name"]: p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])}
     assert svc["spec"]["ports"][0]["targetPort"] in ports
-    for c in containers:
-        for cmd in (c.get("command") or [])[:1] + [c.get("lifecycle", {}).get("preStop", {}).get("exec", {})
-                                                   .get("command", [None])[0]]:
-            if cmd and cmd.startswith("/usr/local/bin/"):
-                name = cmd.rsplit("/", 1)[1]
-                assert (REPO / "deploy" / "image" / name).exists() or (BUILD / "plugin" / name).exists(), cmd
+    # The port the Service and the readiness probe name is the policy's agent.metricsAddress port.
+    policy = yaml.safe_load(by_kind(rendered, "ConfigMap")[0]["data"]["config.yaml"])
+    assert int(policy["agent"]["metricsAddress"].rsplit(":", 1)[1]) == ports["metrics"] == svc["spec"]["ports"][0]["port"]
+    agent = pod["containers"][0]
+    assert agent["livenessProbe"]["exec"]["command"][-1] == "--probe"
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert mounts["/run"]["mountPropagation"] == "HostToContainer"  # /run/crun, /run/containerd, ... and new sandboxes
+    # The agent leaves nodes labelled for uninstall; the uninstall DaemonSet runs only there.
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"] == [{"key": "shmkeeper.io/uninstall", "operator": "NotIn", "values": ["true"]}]
+    un = daemonset(rendered, "shmkeeper-uninstall")["spec"]["template"]["spec"]
+    assert un["nodeSelector"] == {"shmkeeper.io/uninstall": "true"}
+    assert un["initContainers"][0]["command"] == ["/usr/local/bin/node-setup.sh", "uninstall"]
 
 
 def test_policy_configmap_parses_with_the_agents_parser(rendered, tmp_path):
@@ -101,12 +119,20 @@ def kustomize_overlay(tmp_path, components):
 
 
 def test_components_render(tmp_path):
-    docs = kustomize_overlay(tmp_path, ("components/agent-only", "components/servicemonitor"))
-    pod = by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
+    docs = kustomize(overlay(tmp_path, ["components/agent-only", "components/servicemonitor"], RELEASE_LABEL))
+    pod = daemonset(docs)["spec"]["template"]["spec"]
     init_env = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
-    assert init_env["SHMKEEPER_AGENT_ONLY"] == "true"
+    assert init_env["SHMKEEPER_AGENT_ONLY"] == "true" and init_env["SHMKEEPER_RESTART_RUNTIME"] == "auto"
     assert "--reconcile" in pod["containers"][0]["command"]
-    assert {e["name"]: e["value"] for e in pod["containers"][0]["env"]}["SHMKEEPER_AGENT_ONLY"] == "true"
+    un = daemonset(docs, "shmkeeper-uninstall")["spec"]["template"]["spec"]
+    assert {e["name"]: e["value"] for e in un["initContainers"][0]["env"]}["SHMKEEPER_AGENT_ONLY"] == "true"
+    assert not by_kind(docs, "RuntimeClass")  # agent-only registers no handler
+    sm = by_kind(docs, "ServiceMonitor")[0]
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["metadata"]["namespace"] == "shmkeeper" and sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    svc = by_kind(docs, "Service")[0]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["metadata"]["namespace"] == svc["metadata"]["namespace"] and "namespaceSelector" not in sm["spec"]
     endpoint = by_kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]
     assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
     assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"job", "node"}  # what the rules select on
@@ -177,6 +203,19 @@ def test_chart_version_values_and_templates_agree(tmp_path):
 
 # ---- node-setup.sh on a node's filesystem ----------------------------------------
 
+def image_dirs(root):
+    """The image's /usr/local/bin and /usr/local/lib/shmkeeper, from the build
+    (the CLI as its static build, as deploy/image/build-offline.sh lays it out)."""
+    bin_dir, lib_dir = root / "bin", root / "lib"
+    bin_dir.mkdir(parents=True)
+    lib_dir.mkdir()
+    for b in ("shmkeeper-runtime", "shmkeeper-hook", "shmkeeper-doctor"):
+        shutil.copy(BUILD / "plugin" / b, bin_dir / b)
+    shutil.copy(BUILD / "plugin" / "shmkeeper-static", bin_dir / "shmkeeper")
+    shutil.copy(BUILD / "plugin" / "libshmkeeper-preload.so", lib_dir)
+    return bin_dir, lib_dir
+
+
 @pytest.fixture
 def node(tmp_path, bins):
     host = tmp_path / "host"
@@ -186,8 +225,11 @@ def node(tmp_path, bins):
     (host / "etc" / "containerd" / "config.toml").write_text(original)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(host / "run" / "containerd" / "containerd.sock"))
-    env = {"SHMKEEPER_HOST_ROOT": str(host), "SHMKEEPER_SOURCE_BIN_DIR": str(BUILD / "plugin"),
+    bin_dir, lib_dir = image_dirs(tmp_path / "image")
+    env = {"SHMKEEPER_HOST_ROOT": str(host), "SHMKEEPER_SOURCE_BIN_DIR": str(bin_dir),
+           "SHMKEEPER_SOURCE_LIB_DIR": str(lib_dir),
            "SHMKEEPER_POLICY": str(BASE / "config.yaml"), "SHMKEEPER_RESTART_RUNTIME": "false",
+           "SHMKEEPER_HOST_PID": str(os.getpid()),  # the restart command enters this test's namespaces
            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     yield host, original, env
     sock.close()
@@ -204,6 +246,11 @@ def test_node_setup_registers_with_containerd_and_takes_it_back(node):
     assert p.returncode == 0, p.stderr
     for b in ("shmkeeper-runtime", "shmkeeper-hook", "shmkeeper", "shmkeeper-doctor"):
         assert (host / "usr" / "local" / "bin" / b).stat().st_mode & 0o111
+        # Every binary on the host is static: it runs against the host's libraries, not the image's.
+        assert "statically linked" in run(["file", host / "usr" / "local" / "bin" / b]).stdout, b
+    # The preload library where the runtime's default inject.library lookup finds it.
+    lib = host / "usr" / "local" / "lib" / "shmkeeper" / "libshmkeeper-preload.so"
+    assert lib.read_bytes() == (BUILD / "plugin" / "libshmkeeper-preload.so").read_bytes()
     assert (host / "etc" / "shmkeeper" / "config.yaml").read_text() == (BASE / "config.yaml").read_text()
     cfg = (host / "etc" / "containerd" / "config.toml").read_text()
     assert "BinaryName = '/usr/local/bin/shmkeeper-runtime'" in cfg and "sandbox_image = \"p:1\"" in cfg
@@ -214,6 +261,30 @@ def test_node_setup_registers_with_containerd_and_takes_it_back(node):
     assert p.returncode == 0, p.stderr
     assert (host / "etc" / "containerd" / "config.toml").read_text() == original
     assert (host / "usr" / "local" / "bin" / "shmkeeper-runtime").exists()  # old containers still need it
+
+
+def test_node_setup_restarts_the_runtime_without_systemd(node, tmp_path):
+    """No /run/systemd/system on this node: `auto` needs SHMKEEPER_RESTART_COMMAND,
+    which runs on the host (through pid 1's namespaces) only when the config changed."""
+    host, original, env = node
+    marker = tmp_path / "restarted"
+    p = node_setup(env, "install", SHMKEEPER_RESTART_RUNTIME="auto")
+    assert p.returncode == 1
+    assert "the node has no systemd and SHMKEEPER_RESTART_COMMAND is unset" in p.stderr
+    (host / "etc" / "containerd" / "config.toml").write_text(original)
+    # A runtime coming back binds a new socket: node-setup waits for it.
+    sock = host / "run" / "containerd" / "containerd.sock"
+    command = (f"echo restarted >> {marker}; rm {sock}; "
+               f"python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' {sock}")
+    p = node_setup(env, "install", SHMKEEPER_RESTART_RUNTIME="auto", SHMKEEPER_RESTART_COMMAND=command)
+    assert p.returncode == 0, p.stderr
+    assert "restarted containerd (command)" in p.stdout and marker.read_text() == "restarted\n"
+    p = node_setup(env, "install", SHMKEEPER_RESTART_RUNTIME="auto", SHMKEEPER_RESTART_COMMAND=command)
+    assert p.returncode == 0 and marker.read_text() == "restarted\n"  # a rolling update: config unchanged
+    p = node_setup(env, "uninstall", SHMKEEPER_RESTART_RUNTIME="command", SHMKEEPER_RESTART_COMMAND="exit 3")
+    assert p.returncode == 1 and "restarting it (command) failed" in p.stderr
+    p = node_setup(env, "install", SHMKEEPER_RESTART_RUNTIME="reboot")
+    assert p.returncode == 1 and "must be auto, systemd, command or false" in p.stderr
 
 
 def test_node_setup_on_crio_and_in_agent_only_mode(node):

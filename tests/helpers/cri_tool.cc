@@ -7,6 +7,7 @@
 //   cri-tool -r SOCK start|stop|rm ID ; stopp|rmp POD_ID
 //   cri-tool -r SOCK exec ID CMD...                   -> stdout; exit = its exit code
 //   cri-tool -r SOCK pods|ps                          -> JSON
+//   cri-tool -r SOCK inspect ID                       -> ContainerStatus JSON (state, exitCode)
 // gRPC errors print "cri-tool: <CODE>: <message>" and exit 1.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
@@ -127,6 +128,13 @@ int Run(cri::RuntimeService::Stub& rt, const std::string& verb, const Args& a) {
     std::cout << r.stdout();
     std::cerr << r.stderr();
     return r.exit_code();
+  } else if (verb == "inspect") {
+    Need(a, 1, "inspect ID");
+    cri::ContainerStatusRequest req;
+    req.set_container_id(a[0]);
+    cri::ContainerStatusResponse r;
+    Check(rt.ContainerStatus(Ctx(10).get(), req, &r));
+    PrintJson(r);
   } else if (verb == "pods") {
     cri::ListPodSandboxResponse r;
     Check(rt.ListPodSandbox(Ctx(10).get(), cri::ListPodSandboxRequest(), &r));

@@ -320,4 +320,4 @@ def test_offline_built_agent_image_runs_under_containerd(containerd, pods, tmp_p
     p = pod.exec("agent", "/usr/local/bin/shmkeeperd", "--check-config", "--config", "/etc/shmkeeper/config.yaml")
     assert json.loads(p.stdout)["agent"]["socket"] == "/run/shmkeeper/agent.sock"
     p = pod.exec("agent", "/usr/local/bin/node-setup.sh", check=False)
-    assert p.returncode == 1 and "usage: node-setup.sh install|uninstall" in p.stderr
+    assert p.returncode == 1 and "usage: node-setup.sh install|uninstall|idle" in p.stderr
