@@ -21,8 +21,8 @@
  * async-signal-safe code (no stdio, no malloc, no locks), and no descriptor
  * outlives the call: the event socket is opened CLOEXEC, used once and closed.
  * Calls that arrive before the constructor (another library's constructor)
- * use the plain system call. It needs libc (and libdl.so.2, where glibc < 2.34
- * keeps dlsym) and no glibc symbol newer than GLIBC_2.17.
+ * use the plain system call. It needs only libc (dlsym is a weak reference)
+ * and no glibc symbol newer than GLIBC_2.17.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -41,8 +41,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* dlsym's oldest version: glibc >= 2.34 has it in libc.so.6 (also as
- * GLIBC_2.34), older ones in libdl.so.2, which the link names as needed. */
+/* dlsym's oldest version, weak: glibc >= 2.34 has it in libc.so.6, older
+ * ones only in libdl.so.2, loaded when the program uses it. Never a needed
+ * library of ours: an image without libdl.so.2 would not start at all. Without
+ * dlsym the interposed calls are plain system calls (not cancellation points). */
+#pragma weak dlsym
 #if defined(__x86_64__)
 __asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
 #elif defined(__aarch64__)
@@ -91,6 +94,7 @@ __attribute__((constructor)) static void shmk_init(void) {
     memcpy(ev_addr.sun_path, sock, len + 1);
     ev_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
   }
+  if (!dlsym) return;
   STORE(next.open, (open_fn)dlsym(RTLD_NEXT, "open"));
   STORE(next.open64, (open_fn)dlsym(RTLD_NEXT, "open64"));
   STORE(next.openat, (openat_fn)dlsym(RTLD_NEXT, "openat"));
