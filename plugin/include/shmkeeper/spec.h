@@ -44,6 +44,7 @@ class Spec {
   void SetMountSizeOption(size_t index, int64_t bytes);
 
   Json& doc() { return doc_; }
+  const Json& doc() const { return doc_; }
 
  private:
   Spec(Json doc, std::string path) : doc_(std::move(doc)), path_(std::move(path)) {}
