@@ -208,6 +208,43 @@ def test_a_rootfs_that_cannot_take_the_mount_points_is_a_skip_not_a_failure(env,
         run(["umount", ro])
 
 
+# ---- the wrapper never crashes on a spec -------------------------------------
+
+def edit_config(b, fn):
+    spec = json.loads((b / "config.json").read_text())
+    fn(spec)
+    (b / "config.json").write_text(json.dumps(spec))
+
+
+def test_a_deeply_nested_spec_passes_through_to_runc(env, rootfs):
+    b = bundle(env, rootfs, "deep", ["true"])
+    text = (b / "config.json").read_text()
+    depth = 100_000
+    (b / "config.json").write_text(text[:-1].rstrip().rstrip("}") + ',"x":' + "[" * depth + "]" * depth + "}")
+    json_ok = (b / "config.json").read_text().count("[") >= depth
+    p = wrapped(env, b, "c-deep")
+    assert json_ok and p.returncode not in (139, -11), (p.returncode, p.stderr)
+    assert "shmkeeper-runtime: passing the spec through untouched: " in p.stderr, p.stderr
+    assert "nested deeper than 512 levels (left to the runtime to judge)" in p.stderr, p.stderr
+
+
+def test_a_spec_over_16_mib_passes_through_and_the_container_runs(env, rootfs):
+    b = bundle(env, rootfs, "huge", ["sh", "-c", "echo ran"], {"big": "x" * (17 << 20)})
+    p = wrapped(env, b, "c-huge")
+    assert p.returncode == 0 and p.stdout.strip() == "ran", (p.returncode, p.stderr)
+    assert "shmkeeper-runtime: passing the spec through untouched: " in p.stderr, p.stderr
+    assert "larger than 16777216 bytes (left to the runtime to judge)" in p.stderr, p.stderr
+
+
+def test_shmkeeper_config_naming_a_missing_file_is_a_warning(env, glibc):
+    missing = env.tmp / "nope.yaml"
+    b = bundle(env, glibc, "cfg", ["shmgrow", "env"])
+    p = run([RUNTIME, "--root", env.state, "run", "--bundle", b, "c-cfg"], check=False, timeout=60,
+            env=dict(os.environ, SHMKEEPER_CONFIG=str(missing)))
+    assert p.returncode == 0, p.stderr
+    assert f"SHMKEEPER_CONFIG names {missing}, which does not exist: using the defaults" in p.stderr, p.stderr
+
+
 # ---- CUDA IPC: device nodes made with mknod, a fake /proc/devices -------------
 
 @pytest.fixture
