@@ -258,16 +258,45 @@ SHMK_EXPORT int ftruncate64(int fd, off_t length) { return ftruncate(fd, length)
 
 /* ---- creator records ----------------------------------------------------- */
 
-/* Seconds (CLOCK_MONOTONIC) before which no agent is assumed: sending to a
- * missing agent costs nothing for a while. */
-static long ev_quiet_until;
+/* Whether the agent listens: unknown until the first event needs it, then
+ * found out once with connect() on a socket closed at once. While it listens
+ * every event is sent; once it is found absent (or a send fails) nothing is
+ * tried, and no system call made, for 5 s (CLOCK_MONOTONIC, read from the
+ * vDSO). Stored with plain atomics: any thread or signal handler may race
+ * here, and any interleaving leaves a valid state. */
+static int ev_state; /* 0 unknown, 1 listening, -1 absent until ev_recheck_at */
+static long ev_recheck_at;
+
+static void agent_gone(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  STORE(ev_recheck_at, (long)now.tv_sec + 5);
+  STORE(ev_state, -1);
+}
 
 static int agent_may_listen(void) {
   struct timespec now;
+  long fd, r = -1;
+  int state = LOAD(ev_state), saved;
   if (!ev_addr_len) return 0;
-  if (!LOAD(ev_quiet_until)) return 1;
-  clock_gettime(CLOCK_MONOTONIC, &now); /* vDSO: no system call */
-  return now.tv_sec >= LOAD(ev_quiet_until);
+  if (state == 1) return 1;
+  if (state == -1) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec < LOAD(ev_recheck_at)) return 0;
+  }
+  saved = errno;
+  fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    r = syscall(SYS_connect, fd, &ev_addr, ev_addr_len);
+    syscall(SYS_close, fd);
+  }
+  errno = saved;
+  if (r != 0) {
+    agent_gone();
+    return 0;
+  }
+  STORE(ev_state, 1);
+  return 1;
 }
 
 /* One datagram through a socket that lives for this call only. Raw system
@@ -277,7 +306,6 @@ static void send_event(const char* type, const char* path) {
   char *p = msg, *end = msg + sizeof msg;
   int saved = errno;
   long fd;
-  struct timespec now;
   if (!agent_may_listen()) return;
   put(&p, end, "{\"type\":\"");
   put(&p, end, type);
@@ -289,8 +317,7 @@ static void send_event(const char* type, const char* path) {
   if (fd >= 0) {
     if (syscall(SYS_sendto, fd, msg, (size_t)(p - msg), MSG_DONTWAIT | MSG_NOSIGNAL, &ev_addr, ev_addr_len) < 0 &&
         errno != EAGAIN) {
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      STORE(ev_quiet_until, (long)now.tv_sec + 5); /* no agent: quiet for 5 s */
+      agent_gone();
     }
     syscall(SYS_close, fd);
   }
