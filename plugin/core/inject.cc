@@ -111,8 +111,6 @@ void AppendEnvList(Spec* spec, const std::string& name, const std::string& value
   env.push_back(name + "=" + value);
 }
 
-}  // namespace
-
 // The host directory holding the agent's event socket, "" if it is not one.
 std::string EventsDir(const Config& config) {
   const std::string& events = config.agent.event_socket;
@@ -123,6 +121,7 @@ std::string EventsDir(const Config& config) {
   return dir;
 }
 
+// Whether the spec mounts this library already (a create retried on the same bundle).
 bool AlreadyInjected(const Spec& spec, const std::string& library) {
   auto mounts = spec.doc().find("mounts");
   if (mounts == spec.doc().end() || !mounts->is_array()) return false;
@@ -134,6 +133,8 @@ bool AlreadyInjected(const Spec& spec, const std::string& library) {
   }
   return false;
 }
+
+}  // namespace
 
 InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config,
                            const std::string& runtime_dir) {
