@@ -16,7 +16,10 @@ idle 2-core machine (4.5 under a load of 11).
 
 Run by tests/run.sh's "peer suites" stage; the rootfs tarball is cached by
 tests/peer/debian_rootfs.sh outside the repository."""
+import os
+import socket
 import subprocess
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -76,6 +79,44 @@ def debian_image(docker_engine):
     return tag
 
 
+class Listener:
+    """A stand-in for the agent on the engine's event socket, so the preload's
+    event path runs during the suites (the descriptor it must not keep, the
+    datagrams it sends): counts what arrives."""
+
+    def __init__(self, path: Path):
+        if path.exists():
+            path.unlink()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        os.chmod(path, 0o666)
+        self.sock.settimeout(0.2)
+        self.received = 0
+        self.stopped = False
+        self.thread = threading.Thread(target=self.drain, daemon=True)
+        self.thread.start()
+
+    def drain(self):
+        while not self.stopped:
+            try:
+                self.sock.recv(65536)
+                self.received += 1
+            except socket.timeout:
+                pass
+
+    def close(self):
+        self.stopped = True
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener(docker_engine):
+    lst = Listener(Path(docker_engine.event_socket))
+    yield lst
+    lst.close()
+
+
 def run_suites(docker_engine, image, out: Path, mode, script):
     out.mkdir(parents=True)
     p = docker_engine.docker("run", "--rm", "-v", f"{out}:/out", *MODES[mode], image, "sh", "-c", script,
@@ -94,8 +135,13 @@ def rerun_script(tests):
 
 
 def test_cpython_and_numpy_give_the_same_results_with_and_without_the_preload(docker_engine, debian_image,
-                                                                               tmp_path):
-    results = {mode: run_suites(docker_engine, debian_image, tmp_path / mode, mode, full_script()) for mode in MODES}
+                                                                               listener, tmp_path):
+    results = {}
+    for mode in MODES:
+        before = listener.received
+        results[mode] = run_suites(docker_engine, debian_image, tmp_path / mode, mode, full_script())
+        events = listener.received - before
+        assert (events > 100) if mode == "preload" else (events == 0), (mode, events)  # the event path ran
     assert (tmp_path / "preload" / "maps").read_text().strip() != "0", "the preload was not in the processes"
     assert (tmp_path / "no-inject" / "maps").read_text().strip() == "0"
     with_preload, without = results["preload"], results["no-inject"]
