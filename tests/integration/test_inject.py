@@ -104,6 +104,15 @@ def test_a_symlink_at_any_component_of_the_mount_points_is_refused(env, glibc, l
     assert (glibc / "etc" / "passwd").read_text() == passwd
 
 
+def test_a_create_retried_on_the_same_bundle_injects_once(env, glibc):
+    b = bundle(env, glibc, "twice", ["sh", "-c", "shmgrow env; grep -c shmkeeper /proc/self/mountinfo"])
+    p = wrapped(env, b, "c-once")
+    assert p.returncode == 0 and p.stdout.split() == ["/run/shmkeeper/libshmkeeper-preload.so", "2"], p.stdout
+    p = wrapped(env, b, "c-twice")  # the bundle's config.json carries the first injection now
+    assert p.returncode == 0 and p.stdout.split() == ["/run/shmkeeper/libshmkeeper-preload.so", "2"], p.stdout
+    assert last_decision(env)["preload"] == "skip: already injected"
+
+
 # ---- the final mount layout: the container's own mounts at /run ------------
 
 PROBE_RUN = "shmgrow env; echo events=$SHMKEEPER_EVENT_SOCKET; ls -A /run | tr '\\n' ' '; echo"
