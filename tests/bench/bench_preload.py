@@ -8,7 +8,7 @@ Two loops of a dynamically linked C program (shmgrow):
     interposition itself costs);
   - open(O_CREAT | O_RDWR) of an existing /dev/shm file and close
     (shmgrow bench-open), without and with the preload.
-Runs interleaved; medians and ratios side by side.
+Runs interleaved; medians, and the median of each round's ratio to the plain run.
 Usage: bench_preload.py [ROUNDS] [CYCLES]
 """
 import os
@@ -28,16 +28,19 @@ VARIANTS = [("plain", {}), ("preload", {"LD_PRELOAD": LIB}),
 
 
 def measure(mode, variants):
+    """Per variant: the median time, and the median over rounds of its time
+    over the plain run of the same round (robust to load that drifts between
+    rounds on a shared machine)."""
     times = {name: [] for name, _ in variants}
     for _ in range(ROUNDS):
         for name, extra in variants:
             out = subprocess.run([str(harness.SHMGROW), mode, CYCLES], env=dict(os.environ, **extra),
                                  check=True, capture_output=True, text=True).stdout
             times[name].append(float(out))
-    base = statistics.median(times["plain"])
     for name, _ in variants:
         m = statistics.median(times[name])
-        print(f"  {name:<22}{m / 1000:>8.2f} us   ratio {m / base:.3f}")
+        ratio = statistics.median(t / p for t, p in zip(times[name], times["plain"]))
+        print(f"  {name:<22}{m / 1000:>8.2f} us   ratio {ratio:.3f}")
 
 
 def main():
