@@ -346,7 +346,8 @@ static void note_created(int fd, int flags, const char* path) {
 }
 
 static int after_open(int fd, int flags, const char* path) {
-  if (fd >= 0 && (flags & O_CREAT) && under_dev_shm(path)) note_created(fd, flags, path);
+  /* O_PATH ignores O_CREAT: such an open never creates */
+  if (fd >= 0 && (flags & (O_CREAT | O_PATH)) == O_CREAT && under_dev_shm(path)) note_created(fd, flags, path);
   return fd;
 }
 

@@ -194,10 +194,13 @@ def test_opening_an_existing_file_is_not_a_creation(tmp_path, shm_dir):
     existing = f"{shm_dir}/sized"
     with open(existing, "w") as f:
         f.write("x")
+    empty = f"{shm_dir}/empty"
+    open(empty, "w").close()
     code = "import os, sys\nos.close(os.open(sys.argv[1], os.O_CREAT | os.O_RDWR))\n" \
+           "os.close(os.open(sys.argv[3], os.O_CREAT | os.O_PATH))\n" \
            "os.close(os.open(sys.argv[2], os.O_CREAT | os.O_RDWR))"
-    try:
-        p = run_py(code, existing, f"{shm_dir}/fresh", env={"SHMKEEPER_EVENT_SOCKET": str(sock_path)})
+    try:  # a sized file, an empty one through O_PATH (which ignores O_CREAT), a fresh one: one record
+        p = run_py(code, existing, f"{shm_dir}/fresh", empty, env={"SHMKEEPER_EVENT_SOCKET": str(sock_path)})
         assert p.returncode == 0, p.stderr
         got = [json.loads(agent.recv(4096))]
         with pytest.raises(socket.timeout):

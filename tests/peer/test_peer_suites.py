@@ -136,12 +136,12 @@ def rerun_script(tests):
 
 def test_cpython_and_numpy_give_the_same_results_with_and_without_the_preload(docker_engine, debian_image,
                                                                                listener, tmp_path):
-    results = {}
+    results, events = {}, {}
     for mode in MODES:
         before = listener.received
         results[mode] = run_suites(docker_engine, debian_image, tmp_path / mode, mode, full_script())
-        events = listener.received - before
-        assert (events > 100) if mode == "preload" else (events == 0), (mode, events)  # the event path ran
+        events[mode] = listener.received - before
+    assert events["preload"] >= 10 and events["no-inject"] == 0, events  # the event path ran, in one mode only
     assert (tmp_path / "preload" / "maps").read_text().strip() != "0", "the preload was not in the processes"
     assert (tmp_path / "no-inject" / "maps").read_text().strip() == "0"
     with_preload, without = results["preload"], results["no-inject"]
@@ -161,4 +161,4 @@ def test_cpython_and_numpy_give_the_same_results_with_and_without_the_preload(do
         still = [t for t in differ if not settled(t)]
         assert not still, {t: (with_preload[t], without[t]) for t in still}
     counts = {k: sum(1 for v in without.values() if v == k) for k in ("passed", "skipped", "failed", "error")}
-    print(f"{len(without)} tests, the same results with and without the preload: {counts}")
+    print(f"{len(without)} tests, the same results with and without the preload: {counts}; events: {events}")
