@@ -11,7 +11,8 @@ build=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc lib
        libcli11-dev libspdlog-dev libtomlplusplus-dev)
 runtime=(docker.io containerd runc busybox-static iproute2 util-linux)
 test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format libclang-rt-14-dev lsof git
-      prometheus tmux podman crun catatonit curl file golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev)
+      prometheus tmux podman crun catatonit curl file golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
+      debootstrap)
 
 want=()
 for group in "$@"; do

@@ -8,7 +8,10 @@
 #      fuzz target for a bounded time
 #   4. runs integration and end-to-end tests (real runc, a private dockerd,
 #      docker-compose, PyTorch) on the g++ build
-#   5. with CI=true (or SHMKEEPER_QUICKSTART=1): runs deploy/quickstart.sh twice
+#   5. runs peer suites (CPython's and numpy's own tests in a Debian image,
+#      with and without the preload; the image tarball is cached in
+#      /var/cache/shmkeeper-tests, built with debootstrap when absent)
+#   6. with CI=true (or SHMKEEPER_QUICKSTART=1): runs deploy/quickstart.sh twice
 #      and checks that the second run changes nothing
 # Variables: FUZZ_SECONDS (20 per target), SHMKEEPER_QUICKSTART.
 set -euo pipefail
@@ -64,6 +67,10 @@ done
 stage "integration and end-to-end tests (real runc, dockerd, docker-compose, PyTorch)"
 SHMKEEPER_BUILD_DIR="$repo/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/deploy tests/e2e \
   --junitxml "$results/pytest.xml"
+
+stage "peer suites: CPython and numpy tests with and without the preload (debootstrap'd Debian, cached)"
+SHMKEEPER_BUILD_DIR="$repo/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/peer \
+  --junitxml "$results/pytest-peer.xml"
 
 if [ "${CI:-}" = true ] || [ "${SHMKEEPER_QUICKSTART:-0}" = 1 ]; then
   stage "quickstart, twice (idempotent)"

@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <climits>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "shmkeeper/fileutil.h"
@@ -43,20 +45,51 @@ bool HasGlibcLoader(int root_fd) {
   return false;
 }
 
-// Each existing component of the mount point's parent must be a real
-// directory: a symlink there (aimed anywhere) refuses the injection.
-Status CheckMountParents(int root_fd, const std::string& dir) {
-  std::string prefix;
-  std::istringstream parts(dir);
-  for (std::string part; std::getline(parts, part, '/');) {
-    if (part.empty()) continue;
-    prefix += (prefix.empty() ? "" : "/") + part;
-    Result<UniqueFd> fd = OpenNoSymlinks(root_fd, prefix, O_PATH | O_DIRECTORY);
-    if (fd.ok()) continue;
-    if (fd.status().err() == ENOENT) return Status::Ok();  // runc creates the rest
-    return Status::Invalid("/" + prefix + " in the image is not a plain directory (" + fd.status().message() + ")");
+// Where the library and the event directory are mounted in the container: the
+// first of these that no mount of the spec covers or reaches into.
+constexpr const char* kMountDirs[] = {kPreloadDir, kPreloadFallbackDir};
+
+bool Overlaps(const std::string& a, const std::string& b) {
+  auto within = [](const std::string& x, const std::string& dir) {
+    return x == dir || dir == "/" || x.starts_with(dir + "/");
+  };
+  return within(a, b) || within(b, a);
+}
+
+// "/run (bind from /srv/x)": a mount as the decision log names it.
+std::string DescribeMount(const Json& m, const std::string& landing) {
+  std::string dest = StringField(m, "destination");
+  std::string out = dest;
+  if (NormalizePath(dest) != landing) out += " (at " + landing + ")";
+  std::string type = StringField(m, "type"), source = StringField(m, "source");
+  return out + " (" + (type.empty() ? std::string("bind") : type) + (source.empty() ? "" : " from " + source) + ")";
+}
+
+// The first mount of the spec that lands on, above or below `dir` once the
+// image's symlinks are resolved inside the rootfs; nullopt if none.
+std::optional<std::string> MountOver(const Spec& spec, int root_fd, const std::string& host_root,
+                                     const std::string& dir) {
+  auto mounts = spec.doc().find("mounts");
+  if (mounts == spec.doc().end() || !mounts->is_array()) return std::nullopt;
+  for (const Json& m : *mounts) {
+    std::string dest = StringField(m, "destination");
+    if (dest.empty()) continue;
+    std::string landing = LandingPath(root_fd, host_root, dest);
+    if (Overlaps(NormalizePath(dest), dir) || Overlaps(landing, dir)) return DescribeMount(m, landing);
   }
-  return Status::Ok();
+  return std::nullopt;
+}
+
+// Creates the mount points in the image itself (as runc would, but refusing
+// any symlink or non-directory on the way and at the last component), so runc
+// finds them there and never creates anything elsewhere.
+Status MakeMountPoints(int root_fd, const std::string& dir, bool events) {
+  Result<UniqueFd> d = MakeDirsNoSymlinks(root_fd, dir);
+  if (!d.ok()) return d.status();
+  if (Status s = MakeFileNoSymlinks(d->get(), kPreloadFile); !s.ok()) return Status::Invalid(dir + "/" + s.message());
+  if (!events) return Status::Ok();
+  Result<UniqueFd> e = MakeDirsNoSymlinks(d->get(), kEventsDir);
+  return e.ok() ? Status::Ok() : Status::Invalid(dir + e.status().message());
 }
 
 Json BindMount(const std::string& dest, const std::string& source, bool noexec) {
@@ -78,6 +111,29 @@ void AppendEnvList(Spec* spec, const std::string& name, const std::string& value
   env.push_back(name + "=" + value);
 }
 
+// The host directory holding the agent's event socket, "" if it is not one.
+std::string EventsDir(const Config& config) {
+  const std::string& events = config.agent.event_socket;
+  size_t slash = events.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : events.substr(0, slash);
+  struct stat st;
+  if (dir.empty() || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
+  return dir;
+}
+
+// Whether the spec mounts this library already (a create retried on the same bundle).
+bool AlreadyInjected(const Spec& spec, const std::string& library) {
+  auto mounts = spec.doc().find("mounts");
+  if (mounts == spec.doc().end() || !mounts->is_array()) return false;
+  for (const Json& m : *mounts) {
+    if (StringField(m, "source") == library &&
+        NormalizePath(StringField(m, "destination")).ends_with(std::string("/") + kPreloadFile)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config,
@@ -87,30 +143,44 @@ InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& 
   if (IsFalse(spec->Env(kInjectEnv))) return Skip("SHMKEEPER_INJECT=0");
   std::string library = LibraryPath(config, runtime_dir);
   if (library.empty()) return Skip("libshmkeeper-preload.so not found on the host");
-  const Json& root = spec->doc()["root"];
-  std::string root_path = StringField(root, "path");
+  if (AlreadyInjected(*spec, library)) return Skip("already injected");
+  std::string root_path = StringField(spec->doc()["root"], "path");
   if (root_path.empty()) return Skip("the spec has no root.path");
   if (root_path[0] != '/') root_path = bundle + "/" + root_path;
   UniqueFd root_fd(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root_fd.valid()) return Skip("cannot open the rootfs " + root_path);
   if (!HasGlibcLoader(root_fd.get())) return Skip("the image has no glibc dynamic loader (static or musl)");
-  if (Status s = CheckMountParents(root_fd.get(), "run/shmkeeper/events"); !s.ok()) {
+  std::error_code ec;
+  std::string host_root = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(root_fd.get()), ec);
+  if (ec) return Skip("cannot resolve the rootfs " + root_path);
+  std::string events_dir = EventsDir(config);
+  std::string dir, covered;
+  for (const char* candidate : kMountDirs) {
+    std::optional<std::string> over = MountOver(*spec, root_fd.get(), host_root, candidate);
+    if (!over) {
+      dir = candidate;
+      break;
+    }
+    covered += (covered.empty() ? "" : "; ") + std::string(candidate) + " is under the container's mount " + *over;
+  }
+  if (dir.empty()) return Skip(covered + ": nothing is created inside a mount");
+  if (Status s = MakeMountPoints(root_fd.get(), dir, !events_dir.empty()); !s.ok()) {
     return Skip("refused: " + s.message());
   }
+  // First in the list: the mount points are made in the image, before any of
+  // the container's own mounts is in place (none covers them, see MountOver).
   Json& mounts = spec->doc()["mounts"];
   if (!mounts.is_array()) mounts = Json::array();
-  mounts.push_back(BindMount(kPreloadMountPoint, library, /*noexec=*/false));
-  std::string events = config.agent.event_socket;
-  size_t slash = events.rfind('/');
-  std::string events_dir = slash == std::string::npos ? "" : events.substr(0, slash);
-  struct stat st;
-  if (!events_dir.empty() && ::stat(events_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    mounts.push_back(BindMount(kEventsMountPoint, events_dir, /*noexec=*/true));
-    spec->doc()["process"]["env"].push_back(std::string("SHMKEEPER_EVENT_SOCKET=") + kEventsMountPoint +
-                                            events.substr(slash));
+  std::string preload = dir + "/" + kPreloadFile;
+  Json ours = Json::array({BindMount(preload, library, /*noexec=*/false)});
+  if (!events_dir.empty()) {
+    ours.push_back(BindMount(dir + "/" + kEventsDir, events_dir, /*noexec=*/true));
+    std::string socket = config.agent.event_socket.substr(events_dir.size());
+    spec->doc()["process"]["env"].push_back("SHMKEEPER_EVENT_SOCKET=" + dir + "/" + kEventsDir + socket);
   }
-  AppendEnvList(spec, "LD_PRELOAD", kPreloadMountPoint);
-  return {true, "preload"};
+  mounts.insert(mounts.begin(), ours.begin(), ours.end());
+  AppendEnvList(spec, "LD_PRELOAD", preload);
+  return {true, dir == kPreloadDir ? "preload" : "preload at " + dir + " (" + covered + ")"};
 }
 
 namespace {

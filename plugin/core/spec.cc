@@ -59,15 +59,45 @@ Status CheckShape(const Json& doc) {
   return Status::Ok();
 }
 
+// Whether arrays and objects nest deeper than `max` anywhere in `text` (outside
+// strings): checked before parsing, whose recursion such a text would exhaust.
+bool NestsDeeperThan(std::string_view text, int max) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<Spec> Spec::Load(const std::string& bundle) {
   std::string path = bundle + "/config.json";
-  SHMK_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  return Parse(text, path);
+  Result<std::string> text = ReadFile(path, kMaxSpecBytes);
+  Result<Spec> spec = text.ok() ? Parse(*text, path) : Result<Spec>(text.status());
+  if (!spec.ok()) return Status::Precondition(spec.status().message() + " (left to the runtime to judge)");
+  return spec;
 }
 
 Result<Spec> Spec::Parse(std::string_view text, std::string path) {
+  if (NestsDeeperThan(text, kMaxSpecDepth)) {
+    return Status::Invalid(path + ": nested deeper than " + std::to_string(kMaxSpecDepth) + " levels");
+  }
   Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Status::Invalid(path + ": not valid JSON");
   if (!doc.is_object()) return Status::Invalid(path + ": not a JSON object");

@@ -7,19 +7,29 @@
  *      call with ENOSPC and one line on stderr, instead of a SIGBUS at the
  *      first touch of a page that cannot be allocated.
  *   2. Creating or unlinking a segment (shm_open with O_CREAT, shm_unlink,
- *      open/openat with O_CREAT under /dev/shm, memfd_create) sends one
+ *      open/openat/creat with O_CREAT under /dev/shm, memfd_create) sends one
  *      datagram to the agent's event socket, non-blocking, dropped when no
  *      agent listens. The agent learns the sender from the kernel.
- * Everything else goes straight to the kernel, as glibc does. It needs only
- * libc and no glibc symbol newer than GLIBC_2.17 (it never calls dlsym: the
- * interposed calls are system calls it makes itself), and any failure of its
- * own falls back to the plain call.
+ *
+ * Everything else is libc's own: every interposed call first calls the next
+ * definition of itself (dlsym(RTLD_NEXT), resolved once in the constructor),
+ * with the caller's exact arguments, so errno, file-type checks (EISDIR,
+ * O_TMPFILE, O_PATH, O_NOFOLLOW, fs.protected_regular, O_EXCL races) and
+ * pthread cancellation are glibc's by construction. What the library adds
+ * runs after that call, with raw system calls (never cancellation points, so
+ * a cancelled thread never loses the descriptor it just opened), only
+ * async-signal-safe code (no stdio, no malloc, no locks), and no descriptor
+ * outlives the call: the event socket is opened CLOEXEC, used once and closed.
+ * Calls that arrive before the constructor (another library's constructor)
+ * use the plain system call. It needs only libc (dlsym is a weak reference)
+ * and no glibc symbol newer than GLIBC_2.17.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
-#include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,10 +41,135 @@
 #include <time.h>
 #include <unistd.h>
 
+/* dlsym's oldest version, weak: glibc >= 2.34 has it in libc.so.6, older
+ * ones only in libdl.so.2, loaded when the program uses it. Never a needed
+ * library of ours: an image without libdl.so.2 would not start at all. Without
+ * dlsym the interposed calls are plain system calls (not cancellation points). */
+#pragma weak dlsym
+#if defined(__x86_64__)
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlsym,dlsym@GLIBC_2.17");
+#endif
+
 #define SHMK_EXPORT __attribute__((visibility("default")))
 #define TMPFS_MAGIC_ 0x01021994
 #define SHM_DIR "/dev/shm/"
 #define DEFAULT_EVENT_SOCKET "/run/shmkeeper/events/events.sock"
+
+#define LOAD(p) __atomic_load_n(&(p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELEASE)
+
+/* ---- the next definitions (libc's), resolved once ------------------------ */
+
+typedef int (*open_fn)(const char*, int, ...);
+typedef int (*openat_fn)(int, const char*, int, ...);
+typedef int (*creat_fn)(const char*, mode_t);
+typedef int (*shm_open_fn)(const char*, int, mode_t);
+typedef int (*shm_unlink_fn)(const char*);
+typedef int (*memfd_create_fn)(const char*, unsigned int);
+
+static struct {
+  open_fn open, open64;
+  openat_fn openat, openat64;
+  creat_fn creat, creat64;
+  shm_open_fn shm_open;
+  shm_unlink_fn shm_unlink;
+  memfd_create_fn memfd_create;
+} next;
+
+static int reserve_off;            /* SHMKEEPER_PRELOAD_RESERVE=0 */
+static struct sockaddr_un ev_addr; /* the agent's event socket */
+static socklen_t ev_addr_len;      /* 0: no events (before the constructor, or a bad path) */
+
+__attribute__((constructor)) static void shmk_init(void) {
+  const char* v = getenv("SHMKEEPER_PRELOAD_RESERVE");
+  const char* sock = getenv("SHMKEEPER_EVENT_SOCKET");
+  size_t len;
+  reserve_off = v && (!strcmp(v, "0") || !strcmp(v, "false"));
+  if (!sock || !*sock) sock = DEFAULT_EVENT_SOCKET;
+  len = strlen(sock);
+  if (len < sizeof ev_addr.sun_path) {
+    ev_addr.sun_family = AF_UNIX;
+    memcpy(ev_addr.sun_path, sock, len + 1);
+    ev_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+  }
+  if (!dlsym) return;
+  STORE(next.open, (open_fn)dlsym(RTLD_NEXT, "open"));
+  STORE(next.open64, (open_fn)dlsym(RTLD_NEXT, "open64"));
+  STORE(next.openat, (openat_fn)dlsym(RTLD_NEXT, "openat"));
+  STORE(next.openat64, (openat_fn)dlsym(RTLD_NEXT, "openat64"));
+  STORE(next.creat, (creat_fn)dlsym(RTLD_NEXT, "creat"));
+  STORE(next.creat64, (creat_fn)dlsym(RTLD_NEXT, "creat64"));
+  STORE(next.shm_open, (shm_open_fn)dlsym(RTLD_NEXT, "shm_open")); /* librt before glibc 2.34: may be absent */
+  STORE(next.shm_unlink, (shm_unlink_fn)dlsym(RTLD_NEXT, "shm_unlink"));
+  STORE(next.memfd_create, (memfd_create_fn)dlsym(RTLD_NEXT, "memfd_create"));
+}
+
+/* ---- async-signal-safe formatting ---------------------------------------- */
+
+/* Appends `s` to [*p, end), always leaving room for the terminating NUL. */
+static void put(char** p, char* end, const char* s) {
+  while (*s && *p + 1 < end) *(*p)++ = *s++;
+  **p = 0;
+}
+
+static void put_u64(char** p, char* end, unsigned long long v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n && *p + 1 < end) *(*p)++ = digits[--n];
+  **p = 0;
+}
+
+/* "512 B", "64.0 MiB": one decimal above bytes. */
+static void put_size(char** p, char* end, unsigned long long bytes) {
+  static const char* const units[] = {" B", " KiB", " MiB", " GiB", " TiB"};
+  unsigned long long div = 1, whole, tenths;
+  int u = 0;
+  while (u < 4 && bytes / div >= 1024) {
+    div *= 1024;
+    u++;
+  }
+  whole = bytes / div;
+  tenths = (bytes % div * 10 + div / 2) / div;
+  if (u && tenths >= 10) {
+    whole++;
+    tenths -= 10;
+  }
+  put_u64(p, end, whole);
+  if (u) {
+    put(p, end, ".");
+    put_u64(p, end, tenths);
+  }
+  put(p, end, units[u]);
+}
+
+/* JSON string contents. */
+static void put_escaped(char** p, char* end, const char* s) {
+  static const char hex[] = "0123456789abcdef";
+  char esc[7] = "\\u00";
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\';
+      esc[1] = (char)c;
+      esc[2] = 0;
+    } else if (c < 0x20) {
+      memcpy(esc, "\\u00", 4);
+      esc[4] = hex[c >> 4];
+      esc[5] = hex[c & 15];
+      esc[6] = 0;
+    } else {
+      esc[0] = (char)c;
+      esc[1] = 0;
+    }
+    put(p, end, esc);
+  }
+}
 
 /* ---- /dev/shm identity (cached) ---------------------------------------- */
 
@@ -43,82 +178,66 @@ static int shm_dev_state; /* 0 unknown, 1 known, -1 not a tmpfs */
 
 /* Whether `st` (a fstat result) is a regular file on the /dev/shm tmpfs. */
 static int is_on_dev_shm(const struct stat* st) {
-  if (shm_dev_state == 0) {
+  int state = LOAD(shm_dev_state);
+  if (state == 0) {
     struct statfs fs;
     struct stat dir;
+    state = -1;
     if (syscall(SYS_statfs, "/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC_ &&
         syscall(SYS_stat, "/dev/shm", &dir) == 0) {
       shm_dev = dir.st_dev;
-      shm_dev_state = 1;
-    } else {
-      shm_dev_state = -1;
+      state = 1;
     }
+    STORE(shm_dev_state, state);
   }
-  return shm_dev_state == 1 && S_ISREG(st->st_mode) && st->st_dev == shm_dev;
-}
-
-/* SHMKEEPER_PRELOAD_RESERVE=0 turns the reservation off (creator records stay). */
-static int reserve_enabled(void) {
-  static int state; /* 0 unknown, 1 on, -1 off */
-  if (state == 0) {
-    const char* v = getenv("SHMKEEPER_PRELOAD_RESERVE");
-    state = v && (!strcmp(v, "0") || !strcmp(v, "false")) ? -1 : 1;
-  }
-  return state == 1;
+  return state == 1 && S_ISREG(st->st_mode) && st->st_dev == shm_dev;
 }
 
 /* ---- the ENOSPC message ------------------------------------------------- */
 
-static void human(char* out, size_t n, unsigned long long bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  snprintf(out, n, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
-
 static void explain_enospc(int fd, long long want) {
-  char link[64], name[512], req[32], free_s[32], size_s[32], line[1024];
-  ssize_t len;
+  char link[48] = "/proc/self/fd/", name[512], line[1024];
+  char *p = link + strlen(link), *end = link + sizeof link;
   struct statfs fs;
-  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  long len;
+  put_u64(&p, end, (unsigned long long)fd);
   len = syscall(SYS_readlink, link, name, sizeof name - 1);
   name[len > 0 ? len : 0] = 0;
   if (syscall(SYS_fstatfs, fd, &fs) != 0) memset(&fs, 0, sizeof fs);
-  human(req, sizeof req, (unsigned long long)want);
-  human(free_s, sizeof free_s, (unsigned long long)fs.f_bavail * (unsigned long long)fs.f_bsize);
-  human(size_s, sizeof size_s, (unsigned long long)fs.f_blocks * (unsigned long long)fs.f_bsize);
-  len = snprintf(line, sizeof line,
-                 "shmkeeper: cannot reserve %s for %s: /dev/shm has %s free of %s. Raise it with the pod annotation "
-                 "shmkeeper.io/shm-size or the environment variable SHMKEEPER_SHM_SIZE (ENOSPC instead of SIGBUS)\n",
-                 req, name[0] ? name : "a shared-memory file", free_s, size_s);
-  if (len > 0) (void)!syscall(SYS_write, 2, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+  p = line;
+  end = line + sizeof line;
+  put(&p, end, "shmkeeper: cannot reserve ");
+  put_size(&p, end, (unsigned long long)want);
+  put(&p, end, " for ");
+  put(&p, end, name[0] ? name : "a shared-memory file");
+  put(&p, end, ": /dev/shm has ");
+  put_size(&p, end, (unsigned long long)fs.f_bavail * (unsigned long long)fs.f_bsize);
+  put(&p, end, " free of ");
+  put_size(&p, end, (unsigned long long)fs.f_blocks * (unsigned long long)fs.f_bsize);
+  put(&p, end,
+      ". Raise it with the pod annotation shmkeeper.io/shm-size or the environment variable SHMKEEPER_SHM_SIZE "
+      "(ENOSPC instead of SIGBUS)\n");
+  (void)!syscall(SYS_write, 2, line, (size_t)(p - line));
 }
 
 /* ---- ftruncate: reserve, don't SIGBUS ------------------------------------ */
 
 /* 1: reserved, the file now has `length` bytes; 0: not reserved, the plain
- * call decides; -1: ENOSPC (reported). */
+ * call decides; -1: failed with errno set as ftruncate would (ENOSPC,
+ * reported; EFBIG, whose SIGXFSZ the kernel already sent). */
 static int grow_reserved(int fd, long long length) {
   struct stat st;
   long r;
-  if (length <= 0 || !reserve_enabled() || syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) ||
-      length <= st.st_size) {
+  if (length <= 0 || reserve_off || syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) || length <= st.st_size) {
     return 0;
   }
   do {
     r = syscall(SYS_fallocate, fd, 0, (off_t)0, (off_t)length);
   } while (r != 0 && errno == EINTR);
   if (r == 0) return 1; /* fallocate mode 0 also set the size to `length` */
-  if (errno == ENOSPC) {
-    explain_enospc(fd, length);
-    errno = ENOSPC;
-    return -1;
-  }
-  return 0; /* EOPNOTSUPP and the like */
+  if (errno == ENOSPC) explain_enospc(fd, length);
+  if (errno == ENOSPC || errno == EFBIG) return -1;
+  return 0; /* EBADF (read-only fd: ftruncate says EINVAL), EPERM (seals), ...: the plain call's errno */
 }
 
 SHMK_EXPORT int ftruncate(int fd, off_t length) {
@@ -139,68 +258,68 @@ SHMK_EXPORT int ftruncate64(int fd, off_t length) { return ftruncate(fd, length)
 
 /* ---- creator records ----------------------------------------------------- */
 
-static void json_escape(char* out, size_t n, const char* in) {
-  size_t o = 0;
-  for (; *in && o + 7 < n; in++) {
-    unsigned char c = (unsigned char)*in;
-    if (c == '"' || c == '\\') {
-      out[o++] = '\\';
-      out[o++] = (char)c;
-    } else if (c < 0x20) {
-      o += (size_t)snprintf(out + o, n - o, "\\u%04x", c);
-    } else {
-      out[o++] = (char)c;
-    }
-  }
-  out[o] = 0;
-}
+/* Whether the agent listens: unknown until the first event needs it, then
+ * found out once with connect() on a socket closed at once. While it listens
+ * every event is sent; once it is found absent (or a send fails) nothing is
+ * tried, and no system call made, for 5 s (CLOCK_MONOTONIC, read from the
+ * vDSO). Stored with plain atomics: any thread or signal handler may race
+ * here, and any interleaving leaves a valid state. */
+static int ev_state; /* 0 unknown, 1 listening, -1 absent until ev_recheck_at */
+static long ev_recheck_at;
 
-/* One connected datagram socket per process, kept (with its inode, so an fd
- * number the program has since reused is never written to). With no agent
- * listening, sending is off for a few seconds: no system call per event. */
-static int ev_fd = -1;
-static ino_t ev_ino;
-static struct timespec ev_retry_at;
-
-static int ev_connect(void) {
-  struct sockaddr_un addr;
-  struct stat st;
+static void agent_gone(void) {
   struct timespec now;
-  const char* sock = getenv("SHMKEEPER_EVENT_SOCKET");
-  int fd;
-  clock_gettime(CLOCK_MONOTONIC, &now); /* vDSO: no system call */
-  if (now.tv_sec < ev_retry_at.tv_sec) return -1;
-  ev_retry_at.tv_sec = now.tv_sec + 5;
-  if (!sock || !*sock) sock = DEFAULT_EVENT_SOCKET;
-  if (strlen(sock) >= sizeof addr.sun_path) return -1;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, sock, strlen(sock) + 1);
-  fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (connect(fd, (struct sockaddr*)&addr, sizeof addr) != 0 || syscall(SYS_fstat, fd, &st) != 0) {
-    close(fd);
-    return -1;
-  }
-  ev_ino = st.st_ino;
-  ev_retry_at.tv_sec = 0;
-  return ev_fd = fd;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  STORE(ev_recheck_at, (long)now.tv_sec + 5);
+  STORE(ev_state, -1);
 }
 
+static int agent_may_listen(void) {
+  struct timespec now;
+  long fd, r = -1;
+  int state = LOAD(ev_state), saved;
+  if (!ev_addr_len) return 0;
+  if (state == 1) return 1;
+  if (state == -1) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec < LOAD(ev_recheck_at)) return 0;
+  }
+  saved = errno;
+  fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    r = syscall(SYS_connect, fd, &ev_addr, ev_addr_len);
+    syscall(SYS_close, fd);
+  }
+  errno = saved;
+  if (r != 0) {
+    agent_gone();
+    return 0;
+  }
+  STORE(ev_state, 1);
+  return 1;
+}
+
+/* One datagram through a socket that lives for this call only. Raw system
+ * calls: no cancellation point, async-signal-safe, errno kept. */
 static void send_event(const char* type, const char* path) {
-  char esc[1024], msg[1200];
-  struct stat st;
-  int saved = errno, n;
-  json_escape(esc, sizeof esc, path);
-  n = snprintf(msg, sizeof msg, "{\"type\":\"%s\",\"path\":\"%s\"}", type, esc);
-  if (n > 0 && (size_t)n < sizeof msg) {
-    if (ev_fd >= 0 && (syscall(SYS_fstat, ev_fd, &st) != 0 || st.st_ino != ev_ino)) ev_fd = -1; /* not ours now */
-    if (ev_fd >= 0 || ev_connect() >= 0) {
-      if (send(ev_fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN) {
-        close(ev_fd); /* the agent went away: reconnect later */
-        ev_fd = -1;
-      }
+  char msg[1200];
+  char *p = msg, *end = msg + sizeof msg;
+  int saved = errno;
+  long fd;
+  if (!agent_may_listen()) return;
+  put(&p, end, "{\"type\":\"");
+  put(&p, end, type);
+  put(&p, end, "\",\"path\":\"");
+  put_escaped(&p, end, path);
+  put(&p, end, "\"}");
+  if (p + 1 >= end) return; /* truncated: not a record */
+  fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (syscall(SYS_sendto, fd, msg, (size_t)(p - msg), MSG_DONTWAIT | MSG_NOSIGNAL, &ev_addr, ev_addr_len) < 0 &&
+        errno != EAGAIN) {
+      agent_gone();
     }
+    syscall(SYS_close, fd);
   }
   errno = saved;
 }
@@ -209,96 +328,134 @@ static int under_dev_shm(const char* path) {
   return path && strncmp(path, SHM_DIR, sizeof SHM_DIR - 1) == 0 && path[sizeof SHM_DIR - 1] != 0;
 }
 
-/* openat that knows whether it created the file. */
-static int open_noting_creation(int dirfd, const char* path, int flags, mode_t mode, int* created) {
-  int tries, fd;
-  *created = 0;
-  if (!(flags & O_CREAT) || (flags & O_EXCL)) {
-    fd = (int)syscall(SYS_openat, dirfd, path, flags, mode);
-    *created = fd >= 0 && (flags & O_CREAT);
-    return fd;
+/* After a successful open with O_CREAT of `path` under /dev/shm: a creation
+ * record when this call made the file. O_EXCL says so exactly; without it the
+ * file is a candidate while still empty (a file somebody sized is never ours),
+ * and the agent keeps the first record. The fstat is spent only while an agent
+ * listens. */
+static void note_created(int fd, int flags, const char* path) {
+  struct stat st;
+  int saved = errno;
+  if (!agent_may_listen()) return;
+  if (!(flags & O_EXCL) && (syscall(SYS_fstat, fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != 0)) {
+    errno = saved;
+    return;
   }
-  for (tries = 0; tries < 8; tries++) {
-    fd = (int)syscall(SYS_openat, dirfd, path, flags | O_EXCL, mode);
-    if (fd >= 0) {
-      *created = 1;
-      return fd;
-    }
-    if (errno != EEXIST) return fd;
-    fd = (int)syscall(SYS_openat, dirfd, path, flags & ~O_CREAT, mode);
-    if (fd >= 0 || errno != ENOENT) return fd;
-  }
-  return (int)syscall(SYS_openat, dirfd, path, flags, mode);
+  send_event("create", path);
+  errno = saved;
 }
 
-static int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
-  int created, fd;
-  if (!(flags & O_CREAT) || !under_dev_shm(path)) return (int)syscall(SYS_openat, dirfd, path, flags, mode);
-  fd = open_noting_creation(dirfd, path, flags, mode, &created);
-  if (created) send_event("create", path);
+static int after_open(int fd, int flags, const char* path) {
+  /* O_PATH ignores O_CREAT: such an open never creates */
+  if (fd >= 0 && (flags & (O_CREAT | O_PATH)) == O_CREAT && under_dev_shm(path)) note_created(fd, flags, path);
   return fd;
 }
 
-static mode_t mode_arg(int flags, va_list ap) {
-  return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
+/* The mode is passed only with O_CREAT or O_TMPFILE; reading it otherwise
+ * would read garbage (harmless, but not what libc does). */
+#define SHMK_MODE_ARG(flags, mode)                                                              \
+  do {                                                                                          \
+    va_list ap;                                                                                 \
+    va_start(ap, flags);                                                                        \
+    mode = ((flags)&O_CREAT) || ((flags)&O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0; \
+    va_end(ap);                                                                                 \
+  } while (0)
+
+static int open_via(open_fn fn, const char* path, int flags, mode_t mode) {
+  int fd = fn ? fn(path, flags, mode) : (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+  return after_open(fd, flags, path);
 }
 
-/* open, open64, openat, openat64: the mode is passed only with O_CREAT or O_TMPFILE. */
-#define SHMK_OPEN_BODY(dirfd_value) \
-  va_list ap;                       \
-  mode_t mode;                      \
-  va_start(ap, flags);              \
-  mode = mode_arg(flags, ap);       \
-  va_end(ap);                       \
-  return open_impl(dirfd_value, path, flags, mode);
-
-SHMK_EXPORT int open(const char* path, int flags, ...){SHMK_OPEN_BODY(AT_FDCWD)} SHMK_EXPORT
-    int open64(const char* path, int flags, ...){SHMK_OPEN_BODY(AT_FDCWD)} SHMK_EXPORT
-    int openat(int dirfd, const char* path, int flags, ...){SHMK_OPEN_BODY(dirfd)} SHMK_EXPORT
-    int openat64(int dirfd, const char* path, int flags, ...) {
-  SHMK_OPEN_BODY(dirfd)
+static int openat_via(openat_fn fn, int dirfd, const char* path, int flags, mode_t mode) {
+  int fd = fn ? fn(dirfd, path, flags, mode) : (int)syscall(SYS_openat, dirfd, path, flags, mode);
+  return after_open(fd, flags, path);
 }
 
-/* shm_open/shm_unlink as glibc implements them: /dev/shm/<name>, one leading
- * slash allowed, no other slash, O_NOFOLLOW | O_CLOEXEC. */
+SHMK_EXPORT int open(const char* path, int flags, ...) {
+  mode_t mode;
+  SHMK_MODE_ARG(flags, mode);
+  return open_via(LOAD(next.open), path, flags, mode);
+}
+
+SHMK_EXPORT int open64(const char* path, int flags, ...) {
+  mode_t mode;
+  SHMK_MODE_ARG(flags, mode);
+  return open_via(LOAD(next.open64), path, flags, mode);
+}
+
+SHMK_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
+  mode_t mode;
+  SHMK_MODE_ARG(flags, mode);
+  return openat_via(LOAD(next.openat), dirfd, path, flags, mode);
+}
+
+SHMK_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
+  mode_t mode;
+  SHMK_MODE_ARG(flags, mode);
+  return openat_via(LOAD(next.openat64), dirfd, path, flags, mode);
+}
+
+static int creat_via(creat_fn fn, const char* path, mode_t mode) {
+  int flags = O_CREAT | O_WRONLY | O_TRUNC;
+  int fd = fn ? fn(path, mode) : (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+  return after_open(fd, flags, path);
+}
+
+SHMK_EXPORT int creat(const char* path, mode_t mode) { return creat_via(LOAD(next.creat), path, mode); }
+SHMK_EXPORT int creat64(const char* path, mode_t mode) { return creat_via(LOAD(next.creat64), path, mode); }
+
+/* shm_open/shm_unlink for the path only: /dev/shm/<name>, one leading slash
+ * allowed; 0 when the name is not one libc would accept (libc's call then
+ * fails it, or, without libc's, these fail it as glibc does). */
 static int shm_path(const char* name, char* out, size_t n) {
   size_t len;
   while (*name == '/') name++;
   len = strlen(name);
-  if (len == 0 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
-    errno = EINVAL;
-    return -1;
-  }
-  if (len > 255 || sizeof SHM_DIR + len > n) {
-    errno = ENAMETOOLONG;
-    return -1;
+  if (len == 0 || len > 255 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+      sizeof SHM_DIR + len > n) {
+    return 0;
   }
   memcpy(out, SHM_DIR, sizeof SHM_DIR - 1);
   memcpy(out + sizeof SHM_DIR - 1, name, len + 1);
-  return 0;
+  return 1;
 }
 
 SHMK_EXPORT int shm_open(const char* name, int oflag, mode_t mode) {
   char path[sizeof SHM_DIR + 256];
-  int created, fd;
-  if (shm_path(name, path, sizeof path) != 0) return -1;
-  fd = open_noting_creation(AT_FDCWD, path, oflag | O_NOFOLLOW | O_CLOEXEC, mode, &created);
-  if (fd < 0 && errno == EISDIR) errno = EINVAL; /* as glibc's shm_open */
-  if (created) send_event("create", path);
+  shm_open_fn fn = LOAD(next.shm_open);
+  int fd, ok = shm_path(name, path, sizeof path);
+  if (fn) {
+    fd = fn(name, oflag, mode);
+  } else if (!ok) {
+    errno = strlen(name) > 255 ? ENAMETOOLONG : EINVAL;
+    return -1;
+  } else {
+    fd = (int)syscall(SYS_openat, AT_FDCWD, path, oflag | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0 && errno == EISDIR) errno = EINVAL; /* as glibc's shm_open */
+  }
+  if (fd >= 0 && ok && (oflag & O_CREAT)) note_created(fd, oflag, path);
   return fd;
 }
 
 SHMK_EXPORT int shm_unlink(const char* name) {
   char path[sizeof SHM_DIR + 256];
-  int r;
-  if (shm_path(name, path, sizeof path) != 0) return -1;
-  r = (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
-  if (r == 0) send_event("unlink", path);
+  shm_unlink_fn fn = LOAD(next.shm_unlink);
+  int r, ok = shm_path(name, path, sizeof path);
+  if (fn) {
+    r = fn(name);
+  } else if (!ok) {
+    errno = strlen(name) > 255 ? ENAMETOOLONG : ENOENT;
+    return -1;
+  } else {
+    r = (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
+  }
+  if (r == 0 && ok) send_event("unlink", path);
   return r;
 }
 
 SHMK_EXPORT int memfd_create(const char* name, unsigned int flags) {
-  int fd = (int)syscall(SYS_memfd_create, name, flags);
+  memfd_create_fn fn = LOAD(next.memfd_create);
+  int fd = fn ? fn(name, flags) : (int)syscall(SYS_memfd_create, name, flags);
   if (fd >= 0) send_event("memfd", name ? name : "");
   return fd;
 }

@@ -56,6 +56,20 @@ Result<std::string> RealRuntime(const Config& config, const RuntimeArgs& args) {
   return Status::NotFound("no runc or crun in PATH (set runtime.path in the shmkeeper config)");
 }
 
+// The config from --config (must exist: a missing one is kInvalidArgument),
+// SHMKEEPER_CONFIG (kNotFound when it names a missing file: the caller warns
+// and goes on with the defaults) or the default path (optional).
+Result<Config> LoadRuntimeConfig(const RuntimeArgs& args) {
+  std::string path = ResolveConfigPath(args.config_path);
+  bool from_env = args.config_path.empty() && path != kDefaultConfigPath;
+  Result<Config> loaded = LoadConfig(path, !args.config_path.empty() || from_env);
+  if (from_env && !loaded.ok() && loaded.status().code() == Code::kNotFound) {
+    return Status::NotFound(std::string(kConfigEnv) + " names " + path + ", which does not exist");
+  }
+  if (!loaded.ok() && loaded.status().code() == Code::kNotFound) return Status::Invalid(loaded.status().message());
+  return loaded;
+}
+
 void Report(const RuntimeArgs& args, const Config& config, const char* level, const Status& s) {
   std::string msg = "shmkeeper: " + s.message();
   std::fprintf(stderr, "shmkeeper-runtime: %s\n", s.message().c_str());
@@ -73,8 +87,12 @@ int Main(const std::vector<std::string>& argv) {
   } else {
     args.passthrough = argv;
   }
-  Result<Config> loaded = LoadConfig(ResolveConfigPath(args.config_path), !args.config_path.empty());
+  Result<Config> loaded = LoadRuntimeConfig(args);
   Config config = loaded.ok() ? *loaded : Config();
+  if (!loaded.ok() && loaded.status().code() == Code::kNotFound) {  // SHMKEEPER_CONFIG names a missing file
+    Report(args, config, "warning", Status::NotFound(loaded.status().message() + ": using the defaults"));
+    loaded = config;
+  }
   Result<std::string> runtime = RealRuntime(config, args);
   if (!runtime.ok()) {
     Report(args, config, "error", runtime.status());

@@ -60,6 +60,26 @@ def test_static_image_and_opt_out_get_no_preload(docker_engine, glibc_image):
     assert p.stdout.strip() == "/run/shmkeeper/libshmkeeper-preload.so"
 
 
+@pytest.mark.parametrize("opts", [["-v", "{vol}:/run:ro"], ["-v", "{vol}:/run"], ["--tmpfs", "/run"],
+                                  ["--read-only"], ["--read-only", "-v", "{vol}:/run:ro"]],
+                         ids=["run-volume-ro", "run-volume-rw", "tmpfs-run", "read-only", "read-only-run-volume-ro"])
+def test_containers_plain_runc_starts_start_and_volumes_stay_untouched(docker_engine, glibc_image, tmp_path, opts):
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    (vol / "mine").write_text("x")
+    args = [o.format(vol=vol) for o in opts]
+    p = docker_engine.docker("run", "--rm", *args, "-e", "SHMKEEPER_SHM_SIZE=32m", glibc_image, "sh", "-c",
+                             "shmgrow env; ls -A /run | tr '\\n' ' '; echo; shmgrow create seg 64", check=False)
+    lines = p.stdout.splitlines()
+    # the preload is there (elsewhere when /run is the container's) and works: ENOSPC, not SIGBUS
+    where = "/run/shmkeeper" if opts == ["--read-only"] else "/.shmkeeper"
+    assert lines[0] == f"{where}/libshmkeeper-preload.so", (p.returncode, p.stdout, p.stderr)
+    assert p.returncode == 28 and "shmkeeper: cannot reserve 64.0 MiB" in p.stderr, (p.returncode, p.stderr)
+    assert sorted(x.name for x in vol.iterdir()) == ["mine"]  # nothing created in the volume on the host
+    if "--tmpfs" in args:
+        assert lines[1].strip() == ""  # nothing created in the container's tmpfs either
+
+
 @pytest.fixture(scope="module")
 def agent(docker_engine, tmp_path_factory):
     base = tmp_path_factory.mktemp("preload-agent")

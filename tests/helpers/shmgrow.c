@@ -4,10 +4,17 @@
  *                             (a creator is killed later than it creates), SIGKILL itself
  *   shmgrow env               print LD_PRELOAD (or "none")
  *   shmgrow bench N           N cycles of shm_open/ftruncate(4 KiB)/mmap/munmap/shm_unlink;
- *                             prints the nanoseconds per cycle */
+ *                             prints the CPU nanoseconds per cycle (user + system: what a
+ *                             shared machine's load does not inflate)
+ *   shmgrow bench-open N      N cycles of open(O_CREAT|O_RDWR) of an existing /dev/shm file and
+ *                             close; prints the CPU nanoseconds per cycle
+ *   shmgrow cancel open|openat FIFO
+ *                             pthread_cancel a thread blocked opening FIFO (nobody writes):
+ *                             "canceled" (exit 0) when the join returns PTHREAD_CANCELED within 3 s */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +38,60 @@ static int make(const char* name, size_t bytes) {
   return fd;
 }
 
+static double elapsed_ns(const struct timespec* a, long n) {
+  struct timespec b;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+  return ((b.tv_sec - a->tv_sec) * 1e9 + (b.tv_nsec - a->tv_nsec)) / (double)n;
+}
+
+static int bench_open(long n) {
+  char path[64];
+  struct timespec a;
+  snprintf(path, sizeof path, "/dev/shm/shmgrow-open-%d", (int)getpid());
+  close(open(path, O_CREAT | O_RDWR, 0600));
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+  for (long i = 0; i < n; i++) {
+    int fd = open(path, O_CREAT | O_RDWR, 0600);
+    if (fd < 0) return 1;
+    close(fd);
+  }
+  printf("%.1f\n", elapsed_ns(&a, n));
+  unlink(path);
+  return 0;
+}
+
+static const char* cancel_how;
+static const char* cancel_fifo;
+
+static void* open_blocked(void* arg) {
+  (void)arg;
+  if (!strcmp(cancel_how, "openat")) return (void*)(long)openat(AT_FDCWD, cancel_fifo, O_RDONLY | O_CLOEXEC);
+  return (void*)(long)open(cancel_fifo, O_RDONLY | O_CLOEXEC);
+}
+
+static int cancel_open(const char* how, const char* fifo) {
+  pthread_t t;
+  void* ret = NULL;
+  struct timespec deadline;
+  cancel_how = how;
+  cancel_fifo = fifo;
+  pthread_create(&t, NULL, open_blocked, NULL);
+  usleep(200 * 1000); /* blocked in the open by now */
+  pthread_cancel(t);
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 3;
+  if (pthread_timedjoin_np(t, &ret, &deadline) != 0) {
+    printf("not canceled\n");
+    fflush(stdout);
+    _exit(1);
+  }
+  printf(ret == PTHREAD_CANCELED ? "canceled\n" : "returned\n");
+  return ret == PTHREAD_CANCELED ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 3 && !strcmp(argv[1], "bench-open")) return bench_open(atol(argv[2]));
+  if (argc >= 4 && !strcmp(argv[1], "cancel")) return cancel_open(argv[2], argv[3]);
   if (argc >= 2 && !strcmp(argv[1], "env")) {
     const char* p = getenv("LD_PRELOAD");
     printf("%s\n", p ? p : "none");
@@ -39,10 +99,10 @@ int main(int argc, char** argv) {
   }
   if (argc >= 3 && !strcmp(argv[1], "bench")) {
     long n = atol(argv[2]);
-    struct timespec a, b;
+    struct timespec a;
     char name[64];
     snprintf(name, sizeof name, "/shmgrow-bench-%d", (int)getpid());
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
     for (long i = 0; i < n; i++) {
       int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0 || ftruncate(fd, 4096) != 0) return 1;
@@ -52,12 +112,11 @@ int main(int argc, char** argv) {
       close(fd);
       shm_unlink(name);
     }
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n);
+    printf("%.1f\n", elapsed_ns(&a, n));
     return 0;
   }
   if (argc < 4) {
-    fprintf(stderr, "usage: shmgrow create|leak NAME MIB | env | bench N\n");
+    fprintf(stderr, "usage: shmgrow create|leak NAME MIB | env | bench N | bench-open N | cancel open|openat FIFO\n");
     return 2;
   }
   size_t bytes = (size_t)atol(argv[3]) << 20;

@@ -3,6 +3,7 @@ runc: the sharing runtime (ENOSPC instead of SIGBUS) in glibc images only,
 its opt-outs, a hostile rootfs, and CUDA IPC device nodes made with mknod."""
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -79,19 +80,178 @@ def test_static_image_and_the_annotation_opt_out_get_nothing(env, rootfs, glibc)
     assert last_decision(env)["preload"] == "skip: annotation shmkeeper.io/inject is false"
 
 
-@pytest.mark.parametrize("link", ["run", "run/shmkeeper"])
-def test_a_symlink_at_the_mount_point_is_refused(env, glibc, link):
+LINKS = ["run", "run/shmkeeper", "run/shmkeeper/libshmkeeper-preload.so", "run/shmkeeper/events"]
+
+
+@pytest.mark.parametrize("link", LINKS)
+@pytest.mark.parametrize("aim", ["dir", "passwd"])
+def test_a_symlink_at_any_component_of_the_mount_points_is_refused(env, glibc, link, aim):
     outside = env.tmp / "outside"
     outside.mkdir()
     target = glibc / link
     if target.exists():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.symlink_to(outside)  # absolute: on the host it would escape the rootfs
-    p = wrapped(env, bundle(env, glibc, "l", ["shmgrow", "env"]), "c-link")
-    assert p.returncode == 0 and p.stdout.strip() == "none", p.stderr
-    assert last_decision(env)["preload"].startswith("skip: refused: /")
+    # absolute: on the host it would escape the rootfs; /etc/passwd: the
+    # image's own file, which a followed last component would have covered
+    target.symlink_to(outside if aim == "dir" else "/etc/passwd")
+    passwd = (glibc / "etc" / "passwd").read_text()
+    p = wrapped(env, bundle(env, glibc, "l", ["sh", "-c", "shmgrow env; cat /etc/passwd"]), "c-link")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "none\n" + passwd, p.stdout
+    assert last_decision(env)["preload"].startswith("skip: refused: /"), last_decision(env)
     assert list(outside.iterdir()) == []  # nothing was created outside the rootfs
+    assert (glibc / "etc" / "passwd").read_text() == passwd
+
+
+def test_a_create_retried_on_the_same_bundle_injects_once(env, glibc):
+    b = bundle(env, glibc, "twice", ["sh", "-c", "shmgrow env; grep -c shmkeeper /proc/self/mountinfo"])
+    p = wrapped(env, b, "c-once")
+    assert p.returncode == 0 and p.stdout.split() == ["/run/shmkeeper/libshmkeeper-preload.so", "2"], p.stdout
+    p = wrapped(env, b, "c-twice")  # the bundle's config.json carries the first injection now
+    assert p.returncode == 0 and p.stdout.split() == ["/run/shmkeeper/libshmkeeper-preload.so", "2"], p.stdout
+    assert last_decision(env)["preload"] == "skip: already injected"
+
+
+# ---- the final mount layout: the container's own mounts at /run ------------
+
+PROBE_RUN = "shmgrow env; echo events=$SHMKEEPER_EVENT_SOCKET; ls -A /run | tr '\\n' ' '; echo"
+
+
+def mounting(*mounts):
+    def edit(spec):
+        spec["mounts"] += list(mounts)
+    return edit
+
+
+def bind(dest, source, *opts):
+    return {"destination": dest, "type": "bind", "source": str(source), "options": ["rbind", *opts]}
+
+
+@pytest.mark.parametrize("mode", ["rw", "ro"])
+def test_a_run_volume_is_left_alone_and_the_preload_goes_elsewhere(env, glibc, mode):
+    vol = env.tmp / "vol"
+    vol.mkdir()
+    (vol / "mine").write_text("x")
+    b = oci_bundle(env.tmp / "v", glibc, ["sh", "-c", PROBE_RUN], mounting(bind("/run", vol, mode)),
+                   ["SHMKEEPER_SHM_SIZE=32m"])
+    p = wrapped(env, b, "c-vol-" + mode)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "/.shmkeeper/libshmkeeper-preload.so", p.stdout
+    assert lines[1] == f"events=/.shmkeeper/events/{env.events.name}"
+    assert lines[2].split() == ["mine"]  # the container sees its volume as it is
+    assert sorted(x.name for x in vol.iterdir()) == ["mine"]  # nothing created in it on the host
+    d = last_decision(env)["preload"]
+    assert d.startswith("preload at /.shmkeeper (/run/shmkeeper is under the container's mount /run (bind from ")
+    # and the preload works from there
+    p = wrapped(env, oci_bundle(env.tmp / "v2", glibc, ["shmgrow", "create", "seg", "64"],
+                                mounting(bind("/run", vol, mode)), ["SHMKEEPER_SHM_SIZE=32m"]), "c-vol2-" + mode)
+    assert p.returncode == 28 and "shmkeeper: cannot reserve" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_a_tmpfs_at_run_stays_empty(env, glibc):
+    tmpfs = {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=1m"]}
+    p = wrapped(env, oci_bundle(env.tmp / "t", glibc, ["sh", "-c", PROBE_RUN], mounting(tmpfs)), "c-tmpfs")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "/.shmkeeper/libshmkeeper-preload.so" and lines[2] == "", p.stdout
+    assert "under the container's mount /run (tmpfs from tmpfs)" in last_decision(env)["preload"]
+
+
+def test_a_volume_reaching_run_through_the_images_symlink_counts(env, glibc):
+    vol = env.tmp / "vol"
+    vol.mkdir()
+    (glibc / "var").mkdir()
+    (glibc / "var" / "run").symlink_to("/run")  # as in Debian images
+    p = wrapped(env, oci_bundle(env.tmp / "s", glibc, ["sh", "-c", PROBE_RUN], mounting(bind("/var/run", vol))),
+                "c-varrun")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "/.shmkeeper/libshmkeeper-preload.so", p.stdout
+    assert list(vol.iterdir()) == []
+    assert "mount /var/run (at /run) (bind from " in last_decision(env)["preload"]
+
+
+def test_when_every_place_is_a_mount_the_injection_is_skipped_naming_them(env, glibc):
+    vol = env.tmp / "vol"
+    vol.mkdir()
+    b = oci_bundle(env.tmp / "a", glibc, ["shmgrow", "env"], mounting(bind("/run", vol, "ro"), bind("/", vol)))
+    # "/" over everything: runc refuses such a spec itself, so only the decision is checked here
+    p = wrapped(env, b, "c-all")
+    d = last_decision(env)["preload"]
+    assert d.startswith("skip: /run/shmkeeper is under the container's mount /run (bind from "), d
+    assert "/.shmkeeper is under the container's mount / (bind from " in d
+    assert d.endswith(": nothing is created inside a mount")
+    assert not (vol / "shmkeeper").exists() and not (vol / ".shmkeeper").exists() and not (vol / "run").exists()
+
+
+def test_a_read_only_rootfs_gets_the_preload(env, glibc):
+    # root.readonly is what the bundles here use already; this one also mounts
+    # the rootfs directory itself read-only on the host before the run, so
+    # the mount points must exist already: made by a first run
+    p = wrapped(env, bundle(env, glibc, "r1", ["shmgrow", "env"]), "c-ro1")
+    assert p.returncode == 0 and p.stdout.strip() == "/run/shmkeeper/libshmkeeper-preload.so", p.stderr
+    ro = env.tmp / "ro-rootfs"
+    ro.mkdir()
+    run(["mount", "--bind", "-o", "ro", glibc, ro])
+    try:
+        run(["mount", "-o", "remount,bind,ro", ro])
+        p = wrapped(env, bundle(env, ro, "r2", ["shmgrow", "env"]), "c-ro2")
+        assert p.returncode == 0 and p.stdout.strip() == "/run/shmkeeper/libshmkeeper-preload.so", p.stderr
+    finally:
+        run(["umount", ro])
+
+
+def test_a_rootfs_that_cannot_take_the_mount_points_is_a_skip_not_a_failure(env, glibc):
+    shutil.rmtree(glibc / "run")
+    (glibc / "run").mkdir()
+    ro = env.tmp / "ro-rootfs"
+    ro.mkdir()
+    run(["mount", "--bind", glibc, ro])
+    try:
+        run(["mount", "-o", "remount,bind,ro", ro])
+        p = wrapped(env, bundle(env, ro, "r", ["shmgrow", "env"]), "c-rofs")
+        assert p.returncode == 0 and p.stdout.strip() == "none", p.stderr
+        assert last_decision(env)["preload"].startswith("skip: refused: create /run/shmkeeper"), last_decision(env)
+    finally:
+        run(["umount", ro])
+
+
+# ---- the wrapper never crashes on a spec -------------------------------------
+
+def edit_config(b, fn):
+    spec = json.loads((b / "config.json").read_text())
+    fn(spec)
+    (b / "config.json").write_text(json.dumps(spec))
+
+
+def test_a_deeply_nested_spec_passes_through_to_runc(env, rootfs):
+    b = bundle(env, rootfs, "deep", ["true"])
+    text = (b / "config.json").read_text()
+    depth = 100_000
+    (b / "config.json").write_text(text[:-1].rstrip().rstrip("}") + ',"x":' + "[" * depth + "]" * depth + "}")
+    json_ok = (b / "config.json").read_text().count("[") >= depth
+    p = wrapped(env, b, "c-deep")
+    assert json_ok and p.returncode not in (139, -11), (p.returncode, p.stderr)
+    assert "shmkeeper-runtime: passing the spec through untouched: " in p.stderr, p.stderr
+    assert "nested deeper than 512 levels (left to the runtime to judge)" in p.stderr, p.stderr
+
+
+def test_a_spec_over_16_mib_passes_through_and_the_container_runs(env, rootfs):
+    b = bundle(env, rootfs, "huge", ["sh", "-c", "echo ran"], {"big": "x" * (17 << 20)})
+    p = wrapped(env, b, "c-huge")
+    assert p.returncode == 0 and p.stdout.strip() == "ran", (p.returncode, p.stderr)
+    assert "shmkeeper-runtime: passing the spec through untouched: " in p.stderr, p.stderr
+    assert "larger than 16777216 bytes (left to the runtime to judge)" in p.stderr, p.stderr
+
+
+def test_shmkeeper_config_naming_a_missing_file_is_a_warning(env, glibc):
+    missing = env.tmp / "nope.yaml"
+    b = bundle(env, glibc, "cfg", ["shmgrow", "env"])
+    p = run([RUNTIME, "--root", env.state, "run", "--bundle", b, "c-cfg"], check=False, timeout=60,
+            env=dict(os.environ, SHMKEEPER_CONFIG=str(missing)))
+    assert p.returncode == 0, p.stderr
+    assert f"SHMKEEPER_CONFIG names {missing}, which does not exist: using the defaults" in p.stderr, p.stderr
 
 
 # ---- CUDA IPC: device nodes made with mknod, a fake /proc/devices -------------
@@ -152,6 +312,9 @@ def test_no_cuda_request_or_no_devices_changes_nothing(env, rootfs, gpu_host):
 
 def test_preload_needs_nothing_newer_than_glibc_2_17():
     out = run(["objdump", "-T", PRELOAD]).stdout
-    versions = {tuple(int(x) for x in v.split(".")) for v in __import__("re").findall(r"GLIBC_([0-9.]+)", out)}
+    versions = {tuple(int(x) for x in v.split(".")) for v in re.findall(r"GLIBC_([0-9.]+)", out)}
     assert versions and max(versions) <= (2, 17), sorted(versions)
-    assert "dlsym" not in out  # the interposed calls are its own system calls
+    # dlsym is weak (glibc < 2.34 has it only in libdl.so.2), and libc is the only needed library
+    assert re.search(r"\bw +DF \*UND\*.*\) dlsym$", out, re.M), out
+    needed = re.findall(r"NEEDED +(\S+)", run(["objdump", "-p", PRELOAD]).stdout)
+    assert needed == ["libc.so.6"], needed

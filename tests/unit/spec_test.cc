@@ -99,9 +99,22 @@ TEST(Spec, SaveAndLoadRoundTrip) {
   Result<Spec> again = Spec::Load(bundle);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->MountSizeOption(1), kGiB);
-  EXPECT_FALSE(Spec::Load(bundle + "/nope").ok());
+  EXPECT_EQ(Spec::Load(bundle + "/nope").status().code(), Code::kFailedPrecondition);  // the runtime's to judge
   ::unlink((bundle + "/config.json").c_str());
   ::rmdir(dir);
+}
+
+TEST(Spec, NestingIsBoundedBeforeParsing) {
+  const int limit = Spec::kMaxSpecDepth;
+  auto nested = [](int depth) { return "{\"x\":" + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}"; };
+  EXPECT_TRUE(Spec::Parse(nested(limit), "x").ok());
+  Result<Spec> deep = Spec::Parse(nested(limit + 1), "x");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().message(), "x: nested deeper than 512 levels");
+  // 200,000 levels (a stack overflow when parsed recursively) is one clear error too
+  EXPECT_FALSE(Spec::Parse(nested(200000), "x").ok());
+  // brackets inside strings, escaped quotes included, do not count
+  EXPECT_TRUE(Spec::Parse("{\"x\":\"\\\"" + std::string(100000, '[') + "\"}", "x").ok());
 }
 
 }  // namespace

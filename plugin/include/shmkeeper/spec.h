@@ -14,9 +14,16 @@ namespace shmkeeper {
 
 class Spec {
  public:
-  // Reads <bundle>/config.json.
+  // Specs beyond these are not read (real ones are a few KiB, ~6 levels deep).
+  static constexpr size_t kMaxSpecBytes = 16 << 20;
+  static constexpr int kMaxSpecDepth = 512;
+
+  // Reads <bundle>/config.json. Every failure (missing, unreadable, over
+  // kMaxSpecBytes, not parseable) is kFailedPrecondition: the spec is the
+  // real runtime's to judge, so callers pass it through untouched.
   static Result<Spec> Load(const std::string& bundle);
   // Parses spec text; `path` is where Save() writes and what errors name.
+  // Nesting deeper than kMaxSpecDepth is refused before parsing.
   static Result<Spec> Parse(std::string_view text, std::string path);
 
   // Writes the spec back atomically (temp file, fsync, rename in the bundle).
@@ -44,6 +51,7 @@ class Spec {
   void SetMountSizeOption(size_t index, int64_t bytes);
 
   Json& doc() { return doc_; }
+  const Json& doc() const { return doc_; }
 
  private:
   Spec(Json doc, std::string path) : doc_(std::move(doc)), path_(std::move(path)) {}

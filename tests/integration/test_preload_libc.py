@@ -1,0 +1,214 @@
+"""libshmkeeper-preload.so is indistinguishable from libc except for the
+reservation: the same program run with and without LD_PRELOAD on this host's
+glibc and kernel gives the same results, for the cases the interposition
+touches (open/openat/creat/shm_open with O_CREAT under /dev/shm and around
+it), stays a pthread cancellation point, keeps fs.protected_regular and
+EISDIR, and holds no descriptor of its own after a call, also while an agent
+listens."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from harness import BUILD, SHMGROW, require
+
+PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
+
+# Runs each case in a fresh directory under /dev/shm and prints one JSON line
+# per case: the errno name, or the type of what the descriptor opened.
+CASES = r"""
+import errno, json, os, stat, sys, _posixshmem
+base = sys.argv[1]
+def kind(fd):
+    m = os.fstat(fd).st_mode
+    return "dir" if stat.S_ISDIR(m) else "reg" if stat.S_ISREG(m) else "lnk" if stat.S_ISLNK(m) else "other"
+def attempt(fn):
+    try:
+        fd = fn()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    try:
+        return kind(fd)
+    finally:
+        os.close(fd)
+C, X, D, RW = os.O_CREAT, os.O_EXCL, os.O_DIRECTORY, os.O_RDWR
+cases = {
+    "creat on a dir": lambda d: os.open(d + "/dir", C | os.O_RDONLY),
+    "creat excl on a dir": lambda d: os.open(d + "/dir", C | X | os.O_RDONLY),
+    "creat rw on a dir": lambda d: os.open(d + "/dir", C | RW),
+    "creat on a file": lambda d: os.open(d + "/file", C | RW),
+    "creat excl on a file": lambda d: os.open(d + "/file", C | X | RW),
+    "creat a new file": lambda d: os.open(d + "/new", C | RW, 0o600),
+    "creat nofollow on a symlink": lambda d: os.open(d + "/link", C | RW | os.O_NOFOLLOW),
+    "creat through a dangling symlink": lambda d: os.open(d + "/dangling", C | RW),
+    "creat excl on a dangling symlink": lambda d: os.open(d + "/dangling", C | X | RW),
+    "creat directory flag, new": lambda d: os.open(d + "/newdir", C | D | os.O_RDONLY),
+    "creat in a missing dir": lambda d: os.open(d + "/missing/x", C | RW),
+    "creat a trailing slash": lambda d: os.open(d + "/new2/", C | RW),
+    "tmpfile": lambda d: os.open(d, os.O_TMPFILE | RW, 0o600),
+    "tmpfile excl": lambda d: os.open(d, os.O_TMPFILE | X | RW, 0o600),
+    "path creat": lambda d: os.open(d + "/file", os.O_PATH | C),
+    "path nofollow symlink": lambda d: os.open(d + "/link", os.O_PATH | os.O_NOFOLLOW),
+    "openat creat relative": lambda d: os.open("file", C | RW, dir_fd=os.open(d, os.O_PATH)),
+    "creat readonly file": lambda d: os.open(d + "/ro", C | RW),
+    "shm_open a dir": lambda d: _posixshmem.shm_open(d[len("/dev/shm/"):], C | RW, 0o600),
+    "shm_open slash inside": lambda d: _posixshmem.shm_open("a/b", C | RW, 0o600),
+    "shm_open empty": lambda d: _posixshmem.shm_open("/", C | RW, 0o600),
+    "shm_open excl existing": lambda d: _posixshmem.shm_open(d[len("/dev/shm/"):] + "x", C | X | RW, 0o600),
+}
+out = {}
+for name, fn in cases.items():
+    d = f"{base}/{len(out)}"
+    os.mkdir(d)
+    os.mkdir(d + "/dir")
+    open(d + "/file", "w").close()
+    os.symlink("file", d + "/link")
+    os.symlink("target", d + "/dangling")
+    open(d + "/ro", "w").close()
+    os.chmod(d + "/ro", 0o400)
+    if name == "shm_open excl existing":
+        open(d + "x", "w").close()
+    out[name] = attempt(lambda: fn(d))
+    if name == "shm_open excl existing":
+        os.unlink(d + "x")
+    out[name + ": names"] = sorted(os.listdir(d))
+print(json.dumps(out, indent=0))
+"""
+
+
+def run_py(code, *args, preload=True, env=None, user=None):
+    e = dict(os.environ, **(env or {}))
+    e.pop("LD_PRELOAD", None)
+    if preload:
+        e["LD_PRELOAD"] = str(PRELOAD)
+    return subprocess.run(["/usr/bin/python3", "-c", code, *map(str, args)], env=e, capture_output=True,
+                          text=True, timeout=60, user=user)
+
+
+@pytest.fixture
+def shm_dir():
+    require(PRELOAD.exists() and SHMGROW.exists(), "the preload library and shmgrow must be built")
+    d = f"/dev/shm/shmk-libc-{uuid.uuid4().hex[:8]}"
+    os.mkdir(d)
+    yield d
+    subprocess.run(["rm", "-rf", d, d + "x"], check=False)
+
+
+def test_open_semantics_are_libcs(shm_dir):
+    results = []
+    for preload in (False, True):
+        base = f"{shm_dir}/{int(preload)}"
+        os.mkdir(base)
+        p = run_py(CASES, base, preload=preload)
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        results.append(json.loads(p.stdout))
+    plain, with_preload = results
+    assert with_preload == plain
+    assert plain["creat on a dir"] == "EISDIR"  # the case the old O_EXCL retry turned into a dir fd
+
+
+def protected_regular(value):
+    with open("/proc/sys/fs/protected_regular") as f:
+        old = f.read().strip()
+    with open("/proc/sys/fs/protected_regular", "w") as f:
+        f.write(str(value))
+    return old
+
+
+def test_protected_regular_is_kept(shm_dir):
+    # A world-writable sticky directory (like /dev/shm itself) and a file of
+    # another user in it: O_CREAT on it is EACCES under fs.protected_regular=1,
+    # even for root, with or without O_EXCL-free retries.
+    os.chmod(shm_dir, 0o1777)
+    victim = f"{shm_dir}/theirs"
+    with open(victim, "w") as f:
+        f.write("data")
+    os.chown(victim, 4242, 4242)
+    code = "import os, sys\ntry:\n os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); print('opened')\n" \
+           "except OSError as e: print(e.strerror)"
+    old = protected_regular(1)
+    try:
+        plain = run_py(code, victim, preload=False).stdout.strip()
+        preloaded = run_py(code, victim).stdout.strip()
+    finally:
+        protected_regular(old)
+    assert plain == "Permission denied", plain
+    assert preloaded == plain
+
+
+@pytest.mark.parametrize("how", ["open", "openat"])
+def test_open_stays_a_cancellation_point(tmp_path, how):
+    require(PRELOAD.exists() and SHMGROW.exists(), "the preload library and shmgrow must be built")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for env in ({}, {"LD_PRELOAD": str(PRELOAD)}):
+        p = subprocess.run([SHMGROW, "cancel", how, fifo], env=dict(os.environ, **env), capture_output=True,
+                           text=True, timeout=30)
+        assert p.returncode == 0 and p.stdout.strip() == "canceled", (env, p.stdout, p.stderr)
+
+
+FDS = r"""
+import os, sys, _posixshmem
+def fds():
+    return sorted(int(x) for x in os.listdir("/proc/self/fd"))
+before = fds()
+m = os.memfd_create("seg")
+s = _posixshmem.shm_open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+t = os.open("/dev/shm" + sys.argv[1] + "-2", os.O_CREAT | os.O_RDWR, 0o600)
+after = fds()
+os.close(m); os.close(s); os.close(t)
+_posixshmem.shm_unlink(sys.argv[1]); os.unlink("/dev/shm" + sys.argv[1] + "-2")
+# adjacent: no descriptor of the library's own sits between the program's
+print(len(after) - len(before), [s - m, t - s] == [1, 1], fds() == before)
+"""
+
+
+def test_no_descriptor_is_held_while_an_agent_listens(tmp_path):
+    require(PRELOAD.exists(), "the preload library must be built")
+    sock_path = tmp_path / "events.sock"
+    agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    agent.bind(str(sock_path))
+    agent.settimeout(5)
+    name = f"/shmk-fds-{uuid.uuid4().hex[:8]}"
+    try:
+        p = run_py(FDS, name, env={"SHMKEEPER_EVENT_SOCKET": str(sock_path)})
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == ["3", "True", "True"], p.stdout  # the program's three, nothing of ours
+        got = [json.loads(agent.recv(4096)) for _ in range(4)]
+    finally:
+        agent.close()
+    # the events were sent (the event path ran), each over a socket closed at once
+    assert [g["type"] for g in got] == ["memfd", "create", "create", "unlink"], got
+    assert got[1]["path"] == "/dev/shm" + name and got[2]["path"] == f"/dev/shm{name}-2"
+
+
+def test_opening_an_existing_file_is_not_a_creation(tmp_path, shm_dir):
+    sock_path = tmp_path / "events.sock"
+    agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    agent.bind(str(sock_path))
+    agent.settimeout(0.5)
+    existing = f"{shm_dir}/sized"
+    with open(existing, "w") as f:
+        f.write("x")
+    empty = f"{shm_dir}/empty"
+    open(empty, "w").close()
+    code = "import os, sys\nos.close(os.open(sys.argv[1], os.O_CREAT | os.O_RDWR))\n" \
+           "os.close(os.open(sys.argv[3], os.O_CREAT | os.O_PATH))\n" \
+           "os.close(os.open(sys.argv[2], os.O_CREAT | os.O_RDWR))"
+    try:  # a sized file, an empty one through O_PATH (which ignores O_CREAT), a fresh one: one record
+        p = run_py(code, existing, f"{shm_dir}/fresh", empty, env={"SHMKEEPER_EVENT_SOCKET": str(sock_path)})
+        assert p.returncode == 0, p.stderr
+        got = [json.loads(agent.recv(4096))]
+        with pytest.raises(socket.timeout):
+            got.append(agent.recv(4096))
+    finally:
+        agent.close()
+    assert got == [{"type": "create", "path": f"{shm_dir}/fresh"}]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
