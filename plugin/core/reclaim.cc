@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -20,8 +21,23 @@
 namespace shmkeeper {
 namespace {
 
-// Files claimed (leased and quarantined) at once: each holds an fd.
-constexpr size_t kBatch = 256;
+// Files claimed (leased and quarantined) at once: each holds an fd, and each
+// batch costs one settle and one walk of /proc.
+constexpr size_t kMaxBatch = 1024;
+
+// How many claims fit in the descriptor limit (raised to the hard limit when
+// it can be), leaving room for everything else the agent has open.
+size_t BatchSize() {
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 64;
+  rlim_t want = kMaxBatch * 2;
+  if (lim.rlim_cur < want && lim.rlim_max > lim.rlim_cur) {
+    lim.rlim_cur = std::min(want, lim.rlim_max);
+    (void)::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  rlim_t room = lim.rlim_cur > 256 ? (lim.rlim_cur - 256) / 2 : 16;
+  return static_cast<size_t>(std::clamp<rlim_t>(room, 16, kMaxBatch));
+}
 // Between the quarantine renames and the final checks: an open(2) that looked
 // the old name up just before the rename reaches the inode (and so the lease)
 // within this time unless it is descheduled for longer (README).
@@ -203,6 +219,7 @@ Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc) {
   IgnoreLeaseSignal();
   ReclaimOutcome out;
+  const size_t batch_size = BatchSize();
   std::vector<Claim> batch;
   auto flush = [&] {
     ReclaimBatch(batch, dry_run, proc, &out);
@@ -226,7 +243,7 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
       continue;
     }
     batch.push_back(Claim{l, {}, {}, {}, {}, false});
-    if (batch.size() == kBatch) flush();
+    if (batch.size() == batch_size) flush();
   }
   if (!batch.empty()) flush();
   return out;

@@ -133,13 +133,17 @@ def test_files_held_from_the_neighbour_container_are_never_reclaimed(docker_engi
     private fd table."""
     agent, e = env, docker_engine
     start(e, agent.evdir, "held-owner", "--ipc", "shareable")
-    start(e, agent.evdir, "held-neighbour", "--ipc", "container:held-owner")
+    # Docker's default seccomp profile refuses unshare(2) without CAP_SYS_ADMIN:
+    # unconfined, so that the private-fd-table holder really runs.
+    start(e, agent.evdir, "held-neighbour", "--ipc", "container:held-owner", "--security-opt", "seccomp=unconfined")
     names = [f"torch_99999_{k}" for k in ("zombie", "private")]
     sh(e, "held-owner", "; ".join(f"dd if=/dev/zero of=/dev/shm/{n} bs=4k count=4 2>/dev/null" for n in names))
     before = {n: inode(e, "held-owner", f"/dev/shm/{n}") for n in names}
     e.docker("exec", "-d", "held-neighbour", "/t/holders", "zombie", "-t", "600", f"/dev/shm/{names[0]}")
     e.docker("exec", "-d", "held-neighbour", "/t/holders", "private-fd", "-t", "600", f"/dev/shm/{names[1]}")
     time.sleep(4)  # several scans past grace
+    running = e.docker("top", "held-neighbour").stdout
+    assert "[holders] <defunct>" in running and "private-fd" in running, f"a holder did not start:\n{running}"
     listed = [(l["pod"]["name"], l["path"], l["state"]) for l in leaks(agent) if l["path"].endswith(tuple(names))]
     for pod in ("held-owner", "held-neighbour"):
         agent.cli("reclaim", "--yes", "--pod", pod, check=False)
