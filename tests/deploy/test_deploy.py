@@ -9,11 +9,12 @@ import re
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
-from harness import AGENTD, BUILD, REPO, run
+from harness import AGENTD, BUILD, REPO, require, run
 from k8s_render import BASE, RELEASE_LABEL, kustomize, overlay
 
 VERSION = re.search(r"project\(shmkeeper VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
