@@ -12,21 +12,6 @@
 #include "shmkeeper/safe_path.h"
 
 namespace shmkeeper {
-namespace {
-
-// The last NSpid entry of /proc/<pid>/status: the pid in its own namespace.
-pid_t NamespacePid(pid_t pid, const std::string& proc) {
-  Result<std::string> status = ReadFile(proc + "/" + std::to_string(pid) + "/status", 64 << 10);
-  if (!status.ok()) return 0;
-  size_t at = status->find("\nNSpid:");
-  if (at == std::string::npos) return pid;
-  size_t end = status->find('\n', at + 1);
-  std::string line = status->substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
-  size_t last = line.find_last_of(" \t");
-  return static_cast<pid_t>(std::atol(line.c_str() + (last == std::string::npos ? 0 : last + 1)));
-}
-
-}  // namespace
 
 bool CreatorRecord::Alive(const std::string& proc) const {
   uint64_t start = 0;

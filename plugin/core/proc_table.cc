@@ -348,6 +348,11 @@ HolderMap ScanHolders(const std::set<FileKey>& keys, const std::string& proc, co
   return Scan(proc, want, majors, !keys.empty(), 0, &own_fds).holders;
 }
 
+pid_t NamespacePid(pid_t pid, const std::string& proc) {
+  UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  return dir.valid() ? InnermostPid(dir.get(), pid) : 0;
+}
+
 bool ProcessHolds(pid_t pid, const FileKey& key, const std::string& proc) {
   UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return false;

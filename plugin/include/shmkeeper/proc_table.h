@@ -71,6 +71,9 @@ ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc 
 std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys, const std::string& proc = "/proc",
                                                       const std::set<int>& own_fds = {});
 
+// The pid of `pid` in its own (innermost) pid namespace; 0 when it is gone.
+pid_t NamespacePid(pid_t pid, const std::string& proc = "/proc");
+
 // Whether process `pid` (any of its threads) has `key` open or mapped now.
 bool ProcessHolds(pid_t pid, const FileKey& key, const std::string& proc = "/proc");
 
