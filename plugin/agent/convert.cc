@@ -2,7 +2,7 @@
 
 #include <google/protobuf/util/time_util.h>
 
-#include "shmkeeper/os.h"
+#include "base/os.h"
 #include "shmkeeper/version.h"
 
 namespace shmkeeper::agent {

@@ -3,7 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "shmkeeper/agent.h"
+#include "node/engine.h"
 #include "shmkeeper/v1/agent.pb.h"
 
 namespace shmkeeper::agent {

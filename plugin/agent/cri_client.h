@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "shmkeeper/reconcile.h"
-#include "shmkeeper/status.h"
+#include "base/status.h"
+#include "node/reconcile.h"
 
 namespace shmkeeper::agent {
 

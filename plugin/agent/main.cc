@@ -6,12 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "base/fileutil.h"
+#include "base/json.h"
 #include "cri_client.h"
+#include "decide/decision_log.h"
+#include "node/engine.h"
 #include "server.h"
-#include "shmkeeper/agent.h"
-#include "shmkeeper/decision_log.h"
-#include "shmkeeper/fileutil.h"
-#include "shmkeeper/json.h"
 #include "shmkeeper/version.h"
 
 namespace shmkeeper::agent {

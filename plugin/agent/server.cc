@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/fileutil.h"
 #include "service.h"
-#include "shmkeeper/fileutil.h"
 
 namespace shmkeeper::agent {
 namespace {

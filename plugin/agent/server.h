@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "shmkeeper/agent.h"
-#include "shmkeeper/status.h"
+#include "base/status.h"
+#include "node/engine.h"
 
 namespace grpc {
 class Server;

@@ -2,7 +2,7 @@
 // Agent, and map results and errors to proto and gRPC status codes.
 #pragma once
 
-#include "shmkeeper/agent.h"
+#include "node/engine.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
 
 namespace shmkeeper::agent {

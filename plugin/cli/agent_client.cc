@@ -5,8 +5,8 @@
 #include <chrono>
 #include <iostream>
 
-#include "shmkeeper/fileutil.h"
-#include "shmkeeper/size.h"
+#include "base/bytes.h"
+#include "base/fileutil.h"
 
 namespace shmkeeper::cli {
 

@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "shmkeeper/status.h"
+#include "base/status.h"
 
 namespace shmkeeper::cli {
 

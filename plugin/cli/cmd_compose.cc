@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "agent_client.h"
-#include "shmkeeper/compose.h"
-#include "shmkeeper/fileutil.h"
+#include "base/fileutil.h"
+#include "compose/compose.h"
 
 extern char** environ;
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "cli.h"
-#include "shmkeeper/doctor.h"
+#include "doctor/doctor.h"
 
 namespace shmkeeper::cli {
 

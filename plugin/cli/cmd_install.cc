@@ -5,11 +5,11 @@
 #include <iostream>
 #include <memory>
 
+#include "base/os.h"
 #include "cli.h"
-#include "shmkeeper/containerd_config.h"
-#include "shmkeeper/docker_config.h"
-#include "shmkeeper/hook_config.h"
-#include "shmkeeper/os.h"
+#include "install/containerd_config.h"
+#include "install/docker_config.h"
+#include "install/hook_config.h"
 
 namespace shmkeeper::cli {
 namespace {

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "agent_client.h"
-#include "shmkeeper/fileutil.h"
+#include "base/fileutil.h"
 
 namespace shmkeeper::cli {
 namespace {

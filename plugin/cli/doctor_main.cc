@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "shmkeeper/doctor.h"
+#include "doctor/doctor.h"
 #include "shmkeeper/version.h"
 
 int main(int argc, char** argv) {

@@ -17,14 +17,14 @@
 #include <cstdio>
 #include <string>
 
-#include "shmkeeper/config.h"
-#include "shmkeeper/decision_log.h"
-#include "shmkeeper/events.h"
-#include "shmkeeper/fileutil.h"
-#include "shmkeeper/json.h"
-#include "shmkeeper/os.h"
-#include "shmkeeper/runtime_args.h"
-#include "shmkeeper/sizing.h"
+#include "base/event_send.h"
+#include "base/fileutil.h"
+#include "base/json.h"
+#include "base/os.h"
+#include "decide/config.h"
+#include "decide/decision_log.h"
+#include "decide/runtime_args.h"
+#include "decide/size_container.h"
 
 namespace shmkeeper {
 namespace {

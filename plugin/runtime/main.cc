@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "shmkeeper/config.h"
-#include "shmkeeper/decision_log.h"
-#include "shmkeeper/fileutil.h"
-#include "shmkeeper/os.h"
-#include "shmkeeper/runtime_args.h"
-#include "shmkeeper/sizing.h"
+#include "base/fileutil.h"
+#include "base/os.h"
+#include "decide/config.h"
+#include "decide/decision_log.h"
+#include "decide/runtime_args.h"
+#include "decide/size_container.h"
 
 namespace shmkeeper {
 namespace {

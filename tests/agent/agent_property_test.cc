@@ -14,7 +14,7 @@
 #include <random>
 #include <set>
 
-#include "shmkeeper/agent.h"
+#include "node/engine.h"
 
 namespace shmkeeper {
 namespace {

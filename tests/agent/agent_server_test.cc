@@ -15,8 +15,8 @@
 #include <future>
 #include <thread>
 
+#include "base/event_send.h"
 #include "server.h"
-#include "shmkeeper/events.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
 
 namespace shmkeeper::agent {

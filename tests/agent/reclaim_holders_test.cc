@@ -23,7 +23,7 @@
 #include <functional>
 #include <thread>
 
-#include "shmkeeper/agent.h"
+#include "node/engine.h"
 
 namespace shmkeeper {
 namespace {

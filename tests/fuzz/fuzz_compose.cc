@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "shmkeeper/compose.h"
-#include "shmkeeper/workloads.h"
+#include "compose/compose.h"
+#include "decide/workloads.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "shmkeeper/creator_book.h"
+#include "node/creator_book.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string payload(reinterpret_cast<const char*>(data), size);

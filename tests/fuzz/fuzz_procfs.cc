@@ -2,8 +2,8 @@
 // (SysV table) and the policy's duration values.
 #include <string>
 
-#include "shmkeeper/config.h"
-#include "shmkeeper/sysv.h"
+#include "decide/config.h"
+#include "scan/sysv.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

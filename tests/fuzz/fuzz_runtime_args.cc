@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "shmkeeper/runtime_args.h"
+#include "decide/runtime_args.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;

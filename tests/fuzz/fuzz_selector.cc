@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "shmkeeper/agent.h"
+#include "node/engine.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "../unit/fake_os.h"
-#include "shmkeeper/discovery.h"
-#include "shmkeeper/shm_plan.h"
+#include "decide/plan.h"
+#include "node/discovery.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,9 +1,9 @@
-#include "shmkeeper/compose.h"
+#include "compose/compose.h"
 
 #include <gtest/gtest.h>
 
-#include "shmkeeper/size.h"
-#include "shmkeeper/workloads.h"
+#include "base/bytes.h"
+#include "decide/workloads.h"
 
 namespace shmkeeper {
 namespace {

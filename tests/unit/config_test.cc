@@ -1,11 +1,11 @@
-#include "shmkeeper/config.h"
+#include "decide/config.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "shmkeeper/json.h"
-#include "shmkeeper/size.h"
+#include "base/bytes.h"
+#include "base/json.h"
 
 namespace shmkeeper {
 namespace {

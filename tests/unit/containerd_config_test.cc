@@ -1,4 +1,4 @@
-#include "shmkeeper/containerd_config.h"
+#include "install/containerd_config.h"
 
 #include <gtest/gtest.h>
 

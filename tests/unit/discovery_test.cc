@@ -1,4 +1,4 @@
-#include "shmkeeper/discovery.h"
+#include "node/discovery.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "shmkeeper/json.h"
+#include "base/json.h"
 
 namespace shmkeeper {
 namespace {

@@ -1,9 +1,9 @@
-#include "shmkeeper/docker_config.h"
+#include "install/docker_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "shmkeeper/fileutil.h"
+#include "base/fileutil.h"
 
 namespace shmkeeper {
 namespace {

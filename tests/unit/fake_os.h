@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "shmkeeper/os.h"
+#include "base/os.h"
 
 namespace shmkeeper {
 

@@ -1,4 +1,4 @@
-#include "shmkeeper/fileutil.h"
+#include "base/fileutil.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

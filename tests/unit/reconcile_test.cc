@@ -1,7 +1,7 @@
 // Agent-only mode and the agent's view of Kubernetes pods: the pod memory
 // limit from the CRI, CRI labels, runtime-root warnings, and the inotify
 // watcher that wakes the agent for a new container.
-#include "shmkeeper/reconcile.h"
+#include "node/reconcile.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "shmkeeper/fileutil.h"
-#include "shmkeeper/node_events.h"
+#include "base/fileutil.h"
+#include "node/node_events.h"
 
 namespace shmkeeper {
 namespace {

@@ -1,4 +1,4 @@
-#include "shmkeeper/runtime_args.h"
+#include "decide/runtime_args.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "shmkeeper/safe_path.h"
+#include "base/safe_path.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

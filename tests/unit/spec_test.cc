@@ -1,10 +1,10 @@
-#include "shmkeeper/spec.h"
+#include "decide/spec.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "shmkeeper/fileutil.h"
-#include "shmkeeper/size.h"
+#include "base/bytes.h"
+#include "base/fileutil.h"
 
 namespace shmkeeper {
 namespace {

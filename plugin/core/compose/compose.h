@@ -1,0 +1,96 @@
+// docker-compose files: reading them (merged in order, with `extends` and
+// ${VAR:-default} interpolation), finding /dev/shm problems per service, and
+// fixing them with surgical line edits that leave every other byte alone.
+//
+// Compose files are untrusted input: every read is bounded (size, depth,
+// node count) and every error names the file and, where known, the line.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "base/status.h"
+
+namespace shmkeeper {
+
+struct SourcePos {
+  std::string file;
+  int line = 0;    // 1-based; 0 = unknown
+  int column = 0;  // 1-based
+  std::string ToString() const;
+};
+
+enum class Severity { kInfo, kWarning, kError };
+
+struct ComposeFinding {
+  std::string code;  // e.g. "misspelled-key"
+  Severity severity = Severity::kWarning;
+  std::string service;  // "" for file-level findings
+  SourcePos pos;
+  std::string message;
+  std::string suggestion;  // the fix, in compose syntax
+};
+
+struct ComposeCheckOptions {
+  std::vector<std::string> files;  // empty: the defaults in `dir`
+  std::string dir = ".";
+  std::map<std::string, std::string> env;  // interpolation; .env in the project dir is added
+  // Measured /dev/shm use per compose service ("project/service" -> bytes),
+  // e.g. from the agent; used to suggest sizes.
+  std::map<std::string, int64_t> measured;
+  int64_t min_bytes = 64LL << 20;  // smaller is "too small"
+};
+
+struct ComposeReport {
+  std::vector<std::string> files;  // what was read, in order
+  std::string project;
+  std::vector<ComposeFinding> findings;
+  // Per service: the suggested shm_size and why (services that show a
+  // workload of workloads.h, with the error it gives at 64 MiB, or that bind
+  // the host's /dev/shm).
+  std::map<std::string, std::pair<std::string, std::string>> suggestions;
+};
+
+// The compose files docker-compose would read in `dir`: the first of
+// compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml, and its
+// docker-compose.override.* next to it. kNotFound when there is none.
+Result<std::vector<std::string>> DefaultComposeFiles(const std::string& dir);
+
+// Reads and checks. kInvalidArgument (one line, file:line where known) for
+// unreadable, oversized or malformed files; findings otherwise.
+Result<ComposeReport> CheckCompose(const ComposeCheckOptions& options);
+
+Json ComposeReportToJson(const ComposeReport& report);
+
+struct ComposeFix {
+  std::string file;
+  std::string original;
+  std::string fixed;
+  std::vector<std::string> changes;  // one line per edit, for humans
+  std::vector<std::string> skipped;  // findings it could not fix surgically
+};
+
+// Plans the fixes for one file (the first of the check's files when `file`
+// is empty): rename misspelled keys, move shm_size out of deploy, replace
+// invalid or too small sizes, add shm_size where a service needs one, drop a
+// host /dev/shm bind written in the service's own block list (and its
+// volumes key when it was the only entry) for shm_size, turn `ipc: host` into
+// shm_size on its line. `size` overrides the suggested sizes. Nothing is
+// written here.
+Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
+
+// Check and fix of one in-memory file named `name` (no filesystem access but
+// `extends` of other files, which then fail): for fuzzing and tests.
+Result<ComposeFix> FixComposeText(const std::string& name, const std::string& text, const std::string& size);
+
+// Whether `text` is a size docker-compose accepts for shm_size (digits with
+// an optional fraction and b/k/m/g unit, optional trailing b).
+bool IsComposeSize(const std::string& text);
+
+// ${VAR}, ${VAR:-default}, ${VAR-default}, $VAR and $$ in `text`.
+Result<std::string> Interpolate(const std::string& text, const std::map<std::string, std::string>& env);
+
+}  // namespace shmkeeper

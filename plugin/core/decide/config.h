@@ -1,0 +1,126 @@
+// The node policy: one typed schema, loaded from /etc/shmkeeper/config.yaml.
+//
+// Every key, its meaning and its default is documented here and in
+// deploy/config/config.yaml. Unknown keys and bad values are errors that name
+// the file, line, column and key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace shmkeeper {
+
+inline constexpr const char* kDefaultConfigPath = "/etc/shmkeeper/config.yaml";
+inline constexpr const char* kConfigEnv = "SHMKEEPER_CONFIG";
+
+enum class OverMax { kReject, kClamp };
+enum class OnInternalError { kPassthrough, kFail };
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+enum class LeakReclaim { kReport, kAuto };
+
+struct Config {
+  struct Shm {
+    // shm.default: size for containers that ask for nothing. nullopt = "auto":
+    // the container's memory limit when it has one, else 50% of host RAM.
+    std::optional<int64_t> default_bytes;
+    // shm.max: the largest size any container may get. nullopt = host RAM.
+    std::optional<int64_t> max_bytes;
+    // shm.overMax: what a request above shm.max gets.
+    OverMax over_max = OverMax::kReject;
+  } shm;
+  // onInternalError: on a shmkeeper failure that is not the user's fault,
+  // hand the spec to the real runtime untouched (and log why), or fail.
+  OnInternalError on_internal_error = OnInternalError::kPassthrough;
+  struct Runtime {
+    // runtime.path: the low-level runtime to exec. "" = runc from PATH, then crun.
+    std::string path;
+  } runtime;
+  struct Log {
+    std::string path = "/var/log/shmkeeper/runtime.log";  // log.path; "" = no file log
+    LogLevel level = LogLevel::kInfo;                     // log.level
+  } log;
+  struct Agent {
+    // agent.socket: the gRPC unix socket (mode 0660, root).
+    std::string socket = "/run/shmkeeper/agent.sock";
+    // agent.scanInterval: time between full scans ("10s", "500ms", "1m").
+    std::chrono::milliseconds scan_interval{10000};
+    // agent.metricsAddress: HTTP /metrics, /healthz, /readyz ("" = off).
+    std::string metrics_address = "0.0.0.0:9731";
+    // agent.runtimeRoots: runc/crun state directories to discover containers
+    // in. Empty = Docker's, containerd's and CRI-O's defaults.
+    std::vector<std::string> runtime_roots;
+    // agent.dockerSocket: Docker Engine API for names and compose labels ("" = off).
+    std::string docker_socket = "/var/run/docker.sock";
+    // agent.hostShmDirs: host tmpfs directories to watch as pods of kind host.
+    std::vector<std::string> host_shm_dirs;
+    // agent.eventSocket: the datagram socket the hook's poststop and the
+    // sharing runtime's creator records go to ("" = off).
+    std::string event_socket = "/run/shmkeeper/events/events.sock";
+    // agent.criSocket: the CRI runtime socket (containerd or CRI-O) the agent
+    // lists pod sandboxes on, "unix:///run/containerd/containerd.sock";
+    // "auto" = containerd's or CRI-O's default socket, whichever exists; "" = off.
+    std::string cri_socket;
+    // agent.reconcile: agent-only mode. Resize each pod sandbox's /dev/shm to
+    // its annotation (or the policy) from the CRI's view, for nodes whose
+    // runtime config cannot be changed. Needs criSocket.
+    bool reconcile = false;
+    struct Tcp {
+      std::string address;         // agent.tcp.address: "" = no TCP listener
+      std::string cert_file;       // agent.tcp.certFile (PEM), required with address
+      std::string key_file;        // agent.tcp.keyFile (PEM)
+      std::string client_ca_file;  // agent.tcp.clientCAFile: set = mTLS
+      bool insecure = false;       // agent.tcp.insecure: plaintext TCP, only when asked
+    } tcp;
+  } agent;
+  struct Inject {
+    // inject.preload: bind-mount libshmkeeper-preload.so into containers whose
+    // image has glibc's loader and add it to LD_PRELOAD (opt out per container:
+    // annotation shmkeeper.io/inject: "false" or env SHMKEEPER_INJECT=0).
+    bool preload = true;
+    // inject.library: the library on the host. "" = next to shmkeeper-runtime,
+    // or ../lib/shmkeeper/ from it.
+    std::string library;
+  } inject;
+  struct Cuda {
+    // cuda.devDir and cuda.procDevices: where the NVIDIA device nodes and the
+    // kernel's device list are read (other values only for tests).
+    std::string dev_dir = "/dev";
+    std::string proc_devices = "/proc/devices";
+  } cuda;
+  struct Leaks {
+    // leaks.grace: how long a segment must stay unheld before reclaim.
+    std::chrono::seconds grace{60};
+    // leaks.reclaim: "report" (default) or "auto".
+    LeakReclaim reclaim = LeakReclaim::kReport;
+  } leaks;
+  // Where this config came from: a file path, or "" for built-in defaults.
+  std::string source;
+};
+
+// The config path in force: `flag` when not empty, else $SHMKEEPER_CONFIG when
+// set, else kDefaultConfigPath.
+std::string ResolveConfigPath(std::string_view flag);
+
+// Parses YAML text; `name` is used in error messages ("name:line:col: ...").
+// An empty document yields the defaults.
+Result<Config> ParseConfig(std::string_view yaml, const std::string& name);
+
+// Loads `path`. A missing file yields the defaults unless `must_exist`.
+Result<Config> LoadConfig(const std::string& path, bool must_exist);
+
+// The effective config as JSON, for logs and `shmkeeper config show`.
+nlohmann::json ConfigToJson(const Config& config);
+
+const char* LogLevelName(LogLevel level);
+
+// Parses "250ms", "10s", "5m", "1h" (a positive integer and one unit).
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
+
+}  // namespace shmkeeper

@@ -1,0 +1,110 @@
+#include "decide/decision_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+
+#include "base/fileutil.h"
+
+namespace shmkeeper {
+namespace {
+
+Status AppendLine(const std::string& path, std::string line) {
+  line.push_back('\n');
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) ::mkdir(path.substr(0, slash).c_str(), 0755);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
+  if (!fd.valid()) return Status::FromErrno(errno, "open log " + path);
+  ssize_t n;
+  do {
+    n = ::write(fd.get(), line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return Status::FromErrno(errno, "write log " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string NowRfc3339() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  ::gmtime_r(&ts.tv_sec, &tm);
+  // snprintf rather than strftime: strftime loads the time zone database.
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec);
+  return buf;
+}
+
+Json DecisionRecord(const std::string& container_id, const ShmPlan& plan) {
+  Json r = {{"time", NowRfc3339()},
+            {"level", "info"},
+            {"msg", "shm decision"},
+            {"container", container_id},
+            {"action", ShmActionName(plan.action)},
+            {"old_bytes", plan.old_bytes}};
+  if (plan.action != ShmAction::kSkip) {
+    r["source"] = plan.source;
+    r["requested"] = plan.requested;
+    r["new_bytes"] = plan.new_bytes;
+    if (plan.limit.bytes > 0) r["memory_limit"] = {{"bytes", plan.limit.bytes}, {"source", plan.limit.source}};
+  }
+  if (!plan.reason.empty()) r["reason"] = plan.reason;
+  return r;
+}
+
+Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level) {
+  if (path.empty() || level < min_level) return Status::Ok();
+  if (!record.contains("time")) record["time"] = NowRfc3339();
+  if (!record.contains("level")) record["level"] = LogLevelName(level);
+  return AppendLine(path, DumpJson(record));
+}
+
+std::string RuntimeLogLine(const std::string& format, const char* level, const std::string& msg) {
+  if (format == "json") {
+    Json j = {{"level", level}, {"msg", msg}, {"time", NowRfc3339()}};
+    return DumpJson(j);
+  }
+  // logrus text: msg quoted with JSON string escaping.
+  return "time=\"" + NowRfc3339() + "\" level=" + level + " msg=" + DumpJson(Json(msg));
+}
+
+Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level, const std::string& msg) {
+  if (path.empty()) return Status::Ok();
+  return AppendLine(path, RuntimeLogLine(format, level, msg));
+}
+
+SizingRecord SizingRecordOf(const ShmPlan& plan, const char* by) {
+  return SizingRecord{by, plan.source, plan.requested, plan.new_bytes, plan.limit};
+}
+
+Status WriteSizingRecord(const std::string& bundle, const SizingRecord& r) {
+  Json doc = {{"by", r.by}, {"source", r.source}, {"requested", r.requested}, {"bytes", r.bytes}};
+  if (r.limit.bytes > 0) doc["memory_limit"] = {{"bytes", r.limit.bytes}, {"source", r.limit.source}};
+  return WriteFileAtomic(bundle + "/" + kSizingRecordFile, DumpJson(doc) + "\n", 0644, /*sync_dir=*/false);
+}
+
+std::optional<SizingRecord> ReadSizingRecord(const std::string& bundle) {
+  Result<std::string> text = ReadFile(bundle + "/" + kSizingRecordFile, 64 << 10);
+  if (!text.ok()) return std::nullopt;
+  Json doc = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  SizingRecord r;
+  r.by = StringField(doc, "by");
+  r.source = StringField(doc, "source");
+  r.requested = StringField(doc, "requested");
+  r.bytes = IntegerField<int64_t>(doc, "bytes", 0);
+  if (doc.contains("memory_limit")) {
+    r.limit.bytes = IntegerField<int64_t>(doc["memory_limit"], "bytes", 0);
+    r.limit.source = StringField(doc["memory_limit"], "source");
+  }
+  if (r.by.empty()) return std::nullopt;
+  return r;
+}
+
+}  // namespace shmkeeper

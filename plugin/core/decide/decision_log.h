@@ -1,0 +1,54 @@
+// Structured logs: one JSON line per container decision in log.path, and
+// runc-compatible lines in the engine's --log file (containerd's shim reads
+// the last "error" entry there and shows it to the user).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "decide/config.h"
+#include "decide/plan.h"
+#include "decide/spec.h"
+
+namespace shmkeeper {
+
+// RFC 3339 UTC timestamp with nanoseconds, as runc writes.
+std::string NowRfc3339();
+
+// {"time","level","msg":"shm decision","container","action","source",...}.
+Json DecisionRecord(const std::string& container_id, const ShmPlan& plan);
+
+// Appends `record` as one line to `path` (created 0640, parent 0755). Writes
+// are single write(2) calls with O_APPEND, so concurrent writers interleave by
+// line. A record below `min_level` is dropped.
+Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level);
+
+// One line in the engine's log format: "json" gives runc's JSON, anything else
+// logrus' text form.
+std::string RuntimeLogLine(const std::string& format, const char* level, const std::string& msg);
+
+// Appends RuntimeLogLine to `path`; ignores an empty path.
+Status AppendRuntimeLog(const std::string& path, const std::string& format, const char* level, const std::string& msg);
+
+// The sizing record, `<bundle>/shmkeeper-shm.json`: written by whoever sized a
+// container's /dev/shm (the runtime wrapper, the OCI hook, or the agent's
+// reconciler in agent-only mode) so the agent can report per pod where its
+// size came from. The bundle belongs to the engine and goes away with the
+// container. Reading treats the file as untrusted (size-capped, typed).
+inline constexpr const char* kSizingRecordFile = "shmkeeper-shm.json";
+
+struct SizingRecord {
+  std::string by;         // "runtime", "hook" or "reconcile"
+  std::string source;     // the plan's source: annotation:<key>, env:..., engine, policy
+  std::string requested;  // as written ("2Gi", "auto")
+  int64_t bytes = 0;      // the size applied, in whole pages
+  MemoryLimit limit;      // the memory limit "auto" used (bytes 0 = none)
+};
+
+SizingRecord SizingRecordOf(const ShmPlan& plan, const char* by);
+Status WriteSizingRecord(const std::string& bundle, const SizingRecord& record);
+std::optional<SizingRecord> ReadSizingRecord(const std::string& bundle);
+
+}  // namespace shmkeeper

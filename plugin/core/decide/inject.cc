@@ -1,0 +1,319 @@
+#include "decide/inject.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
+#include <climits>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "base/fileutil.h"
+#include "base/safe_path.h"
+
+namespace shmkeeper {
+namespace {
+
+bool IsFalse(const std::optional<std::string>& v) { return v && (*v == "false" || *v == "0" || *v == "no"); }
+bool IsTrue(const std::optional<std::string>& v) { return v && (*v == "true" || *v == "1" || *v == "yes"); }
+
+InjectResult Skip(std::string why) { return {false, "skip: " + std::move(why)}; }
+
+// The library to mount: inject.library if set, else next to the runtime or in
+// its ../lib/shmkeeper; "" if that file is not there.
+std::string LibraryPath(const Config& config, const std::string& runtime_dir) {
+  std::vector<std::string> candidates = {config.inject.library};
+  if (config.inject.library.empty()) {
+    candidates = {runtime_dir + "/libshmkeeper-preload.so", runtime_dir + "/../lib/shmkeeper/libshmkeeper-preload.so"};
+  }
+  for (const std::string& p : candidates) {
+    if (PathExists(p)) return p;
+  }
+  return "";
+}
+
+// glibc's dynamic loader, looked up inside the image only.
+bool HasGlibcLoader(int root_fd) {
+  for (const char* loader : {"lib64/ld-linux-x86-64.so.2", "lib/ld-linux-aarch64.so.1"}) {
+    if (OpenInRoot(root_fd, loader, O_PATH).ok()) return true;
+  }
+  return false;
+}
+
+// Where the library and the event directory are mounted in the container: the
+// first of these that no mount of the spec covers or reaches into.
+constexpr const char* kMountDirs[] = {kPreloadDir, kPreloadFallbackDir};
+
+bool Overlaps(const std::string& a, const std::string& b) {
+  auto within = [](const std::string& x, const std::string& dir) {
+    return x == dir || dir == "/" || x.starts_with(dir + "/");
+  };
+  return within(a, b) || within(b, a);
+}
+
+// "/run (bind from /srv/x)": a mount as the decision log names it.
+std::string DescribeMount(const Json& m, const std::string& landing) {
+  std::string dest = StringField(m, "destination");
+  std::string out = dest;
+  if (NormalizePath(dest) != landing) out += " (at " + landing + ")";
+  std::string type = StringField(m, "type"), source = StringField(m, "source");
+  return out + " (" + (type.empty() ? std::string("bind") : type) + (source.empty() ? "" : " from " + source) + ")";
+}
+
+// The first mount of the spec that lands on, above or below `dir` once the
+// image's symlinks are resolved inside the rootfs; nullopt if none.
+std::optional<std::string> MountOver(const Spec& spec, int root_fd, const std::string& host_root,
+                                     const std::string& dir) {
+  auto mounts = spec.doc().find("mounts");
+  if (mounts == spec.doc().end() || !mounts->is_array()) return std::nullopt;
+  for (const Json& m : *mounts) {
+    std::string dest = StringField(m, "destination");
+    if (dest.empty()) continue;
+    std::string landing = LandingPath(root_fd, host_root, dest);
+    if (Overlaps(NormalizePath(dest), dir) || Overlaps(landing, dir)) return DescribeMount(m, landing);
+  }
+  return std::nullopt;
+}
+
+// Creates the mount points in the image itself (as runc would, but refusing
+// any symlink or non-directory on the way and at the last component), so runc
+// finds them there and never creates anything elsewhere.
+Status MakeMountPoints(int root_fd, const std::string& dir, bool events) {
+  Result<UniqueFd> d = MakeDirsNoSymlinks(root_fd, dir);
+  if (!d.ok()) return d.status();
+  if (Status s = MakeFileNoSymlinks(d->get(), kPreloadFile); !s.ok()) return Status::Invalid(dir + "/" + s.message());
+  if (!events) return Status::Ok();
+  Result<UniqueFd> e = MakeDirsNoSymlinks(d->get(), kEventsDir);
+  return e.ok() ? Status::Ok() : Status::Invalid(dir + e.status().message());
+}
+
+Json BindMount(const std::string& dest, const std::string& source, bool noexec) {
+  Json opts = Json::array({"bind", "ro", "nosuid", "nodev"});
+  if (noexec) opts.push_back("noexec");
+  return {{"destination", dest}, {"type", "bind"}, {"source", source}, {"options", opts}};
+}
+
+void AppendEnvList(Spec* spec, const std::string& name, const std::string& value) {
+  Json& env = spec->doc()["process"]["env"];
+  if (!env.is_array()) env = Json::array();
+  for (Json& e : env) {
+    if (e.is_string() && e.get_ref<const std::string&>().starts_with(name + "=")) {
+      std::string cur = e.get<std::string>().substr(name.size() + 1);
+      e = name + "=" + (cur.empty() ? value : cur + ":" + value);
+      return;
+    }
+  }
+  env.push_back(name + "=" + value);
+}
+
+// The host directory holding the agent's event socket, "" if it is not one.
+std::string EventsDir(const Config& config) {
+  const std::string& events = config.agent.event_socket;
+  size_t slash = events.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : events.substr(0, slash);
+  struct stat st;
+  if (dir.empty() || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
+  return dir;
+}
+
+// Whether the spec mounts this library already (a create retried on the same bundle).
+bool AlreadyInjected(const Spec& spec, const std::string& library) {
+  auto mounts = spec.doc().find("mounts");
+  if (mounts == spec.doc().end() || !mounts->is_array()) return false;
+  for (const Json& m : *mounts) {
+    if (StringField(m, "source") == library &&
+        NormalizePath(StringField(m, "destination")).ends_with(std::string("/") + kPreloadFile)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config,
+                           const std::string& runtime_dir) {
+  if (!config.inject.preload) return Skip("inject.preload is off");
+  if (IsFalse(spec->Annotation(kInjectAnnotation))) return Skip("annotation shmkeeper.io/inject is false");
+  if (IsFalse(spec->Env(kInjectEnv))) return Skip("SHMKEEPER_INJECT=0");
+  std::string library = LibraryPath(config, runtime_dir);
+  if (library.empty()) return Skip("libshmkeeper-preload.so not found on the host");
+  if (AlreadyInjected(*spec, library)) return Skip("already injected");
+  std::string root_path = StringField(spec->doc()["root"], "path");
+  if (root_path.empty()) return Skip("the spec has no root.path");
+  if (root_path[0] != '/') root_path = bundle + "/" + root_path;
+  UniqueFd root_fd(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd.valid()) return Skip("cannot open the rootfs " + root_path);
+  if (!HasGlibcLoader(root_fd.get())) return Skip("the image has no glibc dynamic loader (static or musl)");
+  std::error_code ec;
+  std::string host_root = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(root_fd.get()), ec);
+  if (ec) return Skip("cannot resolve the rootfs " + root_path);
+  std::string events_dir = EventsDir(config);
+  std::string dir, covered;
+  for (const char* candidate : kMountDirs) {
+    std::optional<std::string> over = MountOver(*spec, root_fd.get(), host_root, candidate);
+    if (!over) {
+      dir = candidate;
+      break;
+    }
+    covered += (covered.empty() ? "" : "; ") + std::string(candidate) + " is under the container's mount " + *over;
+  }
+  if (dir.empty()) return Skip(covered + ": nothing is created inside a mount");
+  if (Status s = MakeMountPoints(root_fd.get(), dir, !events_dir.empty()); !s.ok()) {
+    return Skip("refused: " + s.message());
+  }
+  // First in the list: the mount points are made in the image, before any of
+  // the container's own mounts is in place (none covers them, see MountOver).
+  Json& mounts = spec->doc()["mounts"];
+  if (!mounts.is_array()) mounts = Json::array();
+  std::string preload = dir + "/" + kPreloadFile;
+  Json ours = Json::array({BindMount(preload, library, /*noexec=*/false)});
+  if (!events_dir.empty()) {
+    ours.push_back(BindMount(dir + "/" + kEventsDir, events_dir, /*noexec=*/true));
+    std::string socket = config.agent.event_socket.substr(events_dir.size());
+    spec->doc()["process"]["env"].push_back("SHMKEEPER_EVENT_SOCKET=" + dir + "/" + kEventsDir + socket);
+  }
+  mounts.insert(mounts.begin(), ours.begin(), ours.end());
+  AppendEnvList(spec, "LD_PRELOAD", preload);
+  return {true, dir == kPreloadDir ? "preload" : "preload at " + dir + " (" + covered + ")"};
+}
+
+namespace {
+
+// Character-device majors the kernel lists under names starting with "nvidia".
+std::map<unsigned, std::string> NvidiaMajors(const std::string& proc_devices) {
+  std::map<unsigned, std::string> out;
+  Result<std::string> text = ReadFile(proc_devices, 1 << 20);
+  if (!text.ok()) return out;
+  std::istringstream in(*text);
+  bool chars = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("Character devices")) chars = true;
+    if (line.starts_with("Block devices")) chars = false;
+    unsigned major = 0;
+    char name[128] = {0};
+    if (chars && std::sscanf(line.c_str(), " %u %127s", &major, name) == 2 && std::string(name).starts_with("nvidia")) {
+      out[major] = name;
+    }
+  }
+  return out;
+}
+
+bool IsNvidiaNode(const std::string& name) {
+  if (name == "nvidiactl" || name == "nvidia-uvm" || name == "nvidia-uvm-tools") return true;
+  if (!name.starts_with("nvidia") || name.size() == 6) return false;
+  return name.find_first_not_of("0123456789", 6) == std::string::npos;
+}
+
+std::vector<std::string> ListNames(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+struct DeviceNode {
+  std::string container_path;
+  unsigned major, minor;
+  mode_t mode;
+};
+
+std::vector<DeviceNode> FindNvidiaNodes(const Config& config) {
+  std::map<unsigned, std::string> majors = NvidiaMajors(config.cuda.proc_devices);
+  std::vector<std::pair<std::string, std::string>> candidates;  // host path, container path
+  for (const std::string& n : ListNames(config.cuda.dev_dir)) {
+    if (IsNvidiaNode(n)) candidates.push_back({config.cuda.dev_dir + "/" + n, "/dev/" + n});
+  }
+  for (const std::string& n : ListNames(config.cuda.dev_dir + "/nvidia-caps")) {
+    candidates.push_back({config.cuda.dev_dir + "/nvidia-caps/" + n, "/dev/nvidia-caps/" + n});
+  }
+  std::vector<DeviceNode> out;
+  for (const auto& [host, inside] : candidates) {
+    struct stat st;
+    if (::lstat(host.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;  // symlinks and files are not devices
+    if (!majors.count(::major(st.st_rdev))) continue;  // the kernel does not list that major as NVIDIA's
+    out.push_back({inside, ::major(st.st_rdev), ::minor(st.st_rdev), static_cast<mode_t>(st.st_mode & 07777)});
+  }
+  return out;
+}
+
+void AddDevice(Spec* spec, const DeviceNode& d) {
+  Json& linux_ = spec->doc()["linux"];
+  Json& devices = linux_["devices"];
+  if (!devices.is_array()) devices = Json::array();
+  for (const Json& e : devices) {
+    if (StringField(e, "path") == d.container_path) return;
+  }
+  devices.push_back({{"path", d.container_path},
+                     {"type", "c"},
+                     {"major", d.major},
+                     {"minor", d.minor},
+                     {"fileMode", d.mode},
+                     {"uid", 0},
+                     {"gid", 0}});
+  Json& allow = linux_["resources"]["devices"];
+  if (!allow.is_array()) allow = Json::array();
+  allow.push_back({{"allow", true}, {"type", "c"}, {"major", d.major}, {"minor", d.minor}, {"access", "rwm"}});
+}
+
+// RLIMIT_MEMLOCK unlimited, or the highest this node allows: raising the hard
+// limit needs CAP_SYS_RESOURCE, which a confined runtime may lack (runc would
+// then fail the container).
+uint64_t MemlockLimit(std::vector<std::string>* notes) {
+  struct rlimit cur;
+  if (::getrlimit(RLIMIT_MEMLOCK, &cur) != 0) return UINT64_MAX;
+  struct rlimit want = {RLIM_INFINITY, RLIM_INFINITY};
+  if (cur.rlim_max == RLIM_INFINITY || ::setrlimit(RLIMIT_MEMLOCK, &want) == 0) return UINT64_MAX;
+  notes->push_back("RLIMIT_MEMLOCK raised only to the node's hard limit of " + std::to_string(cur.rlim_max) +
+                   " bytes (unlimited needs CAP_SYS_RESOURCE)");
+  return cur.rlim_max;
+}
+
+void SetMemlock(Spec* spec, uint64_t limit) {
+  Json& rl = spec->doc()["process"]["rlimits"];
+  if (!rl.is_array()) rl = Json::array();
+  Json kept = Json::array();
+  for (const Json& r : rl) {
+    if (StringField(r, "type") != "RLIMIT_MEMLOCK") kept.push_back(r);
+  }
+  rl = std::move(kept);
+  rl.push_back({{"type", "RLIMIT_MEMLOCK"}, {"hard", limit}, {"soft", limit}});
+}
+
+}  // namespace
+
+InjectResult InjectCudaIpc(Spec* spec, const Config& config, std::vector<std::string>* notes) {
+  if (!IsTrue(spec->Annotation(kCudaIpcAnnotation)) && !IsTrue(spec->Env(kCudaIpcEnv))) return {false, ""};
+  std::vector<DeviceNode> nodes = FindNvidiaNodes(config);
+  if (nodes.empty()) {
+    notes->push_back("CUDA IPC asked for, but this host has no NVIDIA device nodes; nothing added");
+    return {false, "cuda-ipc: no devices"};
+  }
+  std::string names;
+  for (const DeviceNode& d : nodes) {
+    AddDevice(spec, d);
+    names += (names.empty() ? "" : ",") + d.container_path;
+  }
+  uint64_t memlock = MemlockLimit(notes);
+  SetMemlock(spec, memlock);
+  notes->insert(notes->begin(), "CUDA IPC: added " + names + " and RLIMIT_MEMLOCK " +
+                                    (memlock == UINT64_MAX ? std::string("unlimited") : std::to_string(memlock)));
+  std::optional<std::string> pid_ns = spec->Namespace("pid");
+  if (pid_ns && pid_ns->empty()) {
+    notes->push_back(
+        "this container has its own PID namespace: legacy CUDA IPC (cudaIpcOpenMemHandle) works only between "
+        "processes that share one (pods: shareProcessNamespace: true; Docker: --pid=container:<peer> and --ipc)");
+  }
+  return {true, "cuda-ipc"};
+}
+
+}  // namespace shmkeeper

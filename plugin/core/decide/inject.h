@@ -1,0 +1,51 @@
+// What shmkeeper-runtime adds to a container's spec besides the shm size:
+// the sharing runtime (libshmkeeper-preload.so) and CUDA IPC device access.
+// Both edit the spec only; the caller saves it. The image's rootfs is
+// untrusted: it is only ever opened below its own root, and a symlink where
+// shmkeeper would create a mount point refuses the injection.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "decide/config.h"
+#include "decide/spec.h"
+
+namespace shmkeeper {
+
+inline constexpr const char* kInjectAnnotation = "shmkeeper.io/inject";
+inline constexpr const char* kInjectEnv = "SHMKEEPER_INJECT";
+inline constexpr const char* kCudaIpcAnnotation = "shmkeeper.io/cuda-ipc";
+inline constexpr const char* kCudaIpcEnv = "SHMKEEPER_CUDA_IPC";
+// The library is mounted at <dir>/libshmkeeper-preload.so and the agent's
+// event directory at <dir>/events, <dir> being kPreloadDir, or
+// kPreloadFallbackDir when a mount of the container's own covers /run.
+inline constexpr const char* kPreloadDir = "/run/shmkeeper";
+inline constexpr const char* kPreloadFallbackDir = "/.shmkeeper";
+inline constexpr const char* kPreloadFile = "libshmkeeper-preload.so";
+inline constexpr const char* kEventsDir = "events";
+
+struct InjectResult {
+  bool changed = false;  // the spec was edited
+  std::string what;      // "preload", "skip: <why>", ...
+};
+
+// Adds the preload library (bind mount, LD_PRELOAD) and the agent's event
+// directory. `bundle` resolves a relative root.path. Decided from the final
+// mount layout: nothing is created inside any mount of the spec (a volume,
+// bind or tmpfs at /run, also through the image's symlinks, e.g. /var/run):
+// the fallback directory is used, or the injection is skipped naming the
+// mount. The mount points are created in the image, every component opened
+// without following symlinks (a symlink anywhere, the last component
+// included, refuses it), and a rootfs that cannot take them (read-only) is a
+// skip. Never an error for the container: every reason not to inject is a
+// skip with its reason.
+InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config, const std::string& runtime_dir);
+
+// Adds the host's NVIDIA device nodes (with device-cgroup allow rules) and
+// RLIMIT_MEMLOCK unlimited when the container asks for CUDA IPC. `notes` gets
+// what was done and advice (a PID-isolated container cannot use legacy CUDA IPC).
+InjectResult InjectCudaIpc(Spec* spec, const Config& config, std::vector<std::string>* notes);
+
+}  // namespace shmkeeper

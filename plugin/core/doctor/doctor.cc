@@ -1,0 +1,324 @@
+#include "doctor/doctor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "base/bytes.h"
+#include "base/fileutil.h"
+#include "base/proc_args.h"
+#include "decide/workloads.h"
+#include "scan/memcg.h"
+#include "scan/proc_table.h"
+#include "scan/shm_dir.h"
+
+namespace shmkeeper {
+namespace {
+
+constexpr ino_t kInitIpcNs = 0xEFFFFFFFU;  // PROC_IPC_INIT_INO
+constexpr ino_t kInitPidNs = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
+
+ino_t NsInode(const std::string& proc, const char* ns) {
+  struct stat st;
+  return ::stat((proc + "/self/ns/" + ns).c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// Source, type and options of the mount at `path` from mountinfo.
+void ReadMount(const std::string& proc, const std::string& path, DoctorReport* r) {
+  Result<std::string> info = ReadFile(proc + "/self/mountinfo", 4 << 20);
+  if (!info.ok()) return;
+  std::istringstream in(*info);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, devno, root, mnt, opts;
+    f >> id >> parent >> devno >> root >> mnt >> opts;
+    if (mnt != path) continue;
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string fstype, source, super;
+    tail >> fstype >> source >> super;
+    r->fstype = fstype;
+    r->mount_source = source;
+    // Mount options, then the superblock's, each once.
+    std::string merged;
+    std::set<std::string> seen;
+    std::istringstream all(opts + "," + super);
+    for (std::string o; std::getline(all, o, ',');) {
+      if (!o.empty() && seen.insert(o).second) merged += (merged.empty() ? "" : ",") + o;
+    }
+    r->mount_options = merged;
+  }
+}
+
+void DetectEngine(const DoctorOptions& o, DoctorReport* r) {
+  Result<std::string> all = ReadFile(o.proc + "/self/cgroup", 1 << 16);
+  std::string cgtext = all.ok() ? *all : "";
+  bool k8s = std::getenv("KUBERNETES_SERVICE_HOST") != nullptr || cgtext.find("kubepods") != std::string::npos;
+  r->in_container = NsInode(o.proc, "pid") != kInitPidNs || PathExists(o.root + ".dockerenv") ||
+                    PathExists(o.root + "run/.containerenv") || k8s;
+  if (!r->in_container) {
+    bool docker = !FindProcessesByComm("dockerd", o.proc).empty();
+    r->engine = docker ? "host (Docker)" : "host";
+    return;
+  }
+  if (k8s) {
+    r->engine = cgtext.find("crio") != std::string::npos ? "kubernetes/cri-o" : "kubernetes/containerd";
+  } else if (PathExists(o.root + "run/.containerenv") || cgtext.find("libpod") != std::string::npos) {
+    r->engine = "podman";
+  } else if (PathExists(o.root + ".dockerenv") || cgtext.find("docker") != std::string::npos) {
+    r->engine = "docker";
+  } else if (cgtext.find("containerd") != std::string::npos) {
+    r->engine = "containerd";
+  } else {
+    r->engine = "unknown container engine";
+  }
+}
+
+std::string Suggest(const DoctorReport& r) {
+  int64_t want = std::max<int64_t>(2 * kGiB, r.used_bytes * 2);
+  for (const DoctorWorkload& w : r.workloads) want = std::max(want, w.bytes);
+  if (r.memcg_limit_bytes) want = std::min(want, r.memcg_limit_bytes);
+  return FormatSize((want + kGiB - 1) / kGiB * kGiB);
+}
+
+void Fixes(DoctorReport* r) {
+  std::string size = Suggest(*r);
+  std::string docker_size = std::to_string(std::atoll(size.c_str())) + "g";
+  const std::string& e = r->engine;
+  if (e == "docker") {
+    r->fixes = {"docker run --shm-size=" + docker_size + " ...",
+                "docker-compose: shm_size: \"" + docker_size + "b\" under the service",
+                "node-wide, once: shmkeeper install docker --set-as-default (every container then gets the "
+                "policy size; -e SHMKEEPER_SHM_SIZE=" +
+                    docker_size + " asks for more)"};
+  } else if (e == "podman") {
+    r->fixes = {"podman run --shm-size=" + docker_size + " ...",
+                "podman run --annotation shmkeeper.io/shm-size=" + size.substr(0, size.size() - 1) +
+                    " ... "
+                    "(with shmkeeper install podman on the host)"};
+  } else if (e.starts_with("kubernetes")) {
+    std::string k8s = size.substr(0, size.size() - 1);  // "2GiB" -> "2Gi"
+    r->fixes = {"pod annotation shmkeeper.io/shm-size: \"" + k8s + "\" (shmkeeper on the node)",
+                "or mount an emptyDir {medium: Memory, sizeLimit: " + k8s + "} at /dev/shm in the pod spec"};
+    if (e.ends_with("cri-o")) r->fixes.push_back("CRI-O alone: annotation shm-size.crio.io: \"" + k8s + "\"");
+  } else if (e == "containerd") {
+    r->fixes = {"ctr run --mount type=tmpfs,src=shm,dst=/dev/shm,options=size=" + docker_size + " ...",
+                "or shmkeeper install containerd (then annotation shmkeeper.io/shm-size)"};
+  } else if (!r->in_container) {
+    r->fixes = {"the host's /dev/shm: mount -o remount,size=" + docker_size + " /dev/shm",
+                "containers: shmkeeper install docker --set-as-default"};
+  }
+}
+
+// Every process in view with its command line.
+std::vector<std::pair<pid_t, std::string>> Commands(const std::string& proc) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc.c_str()), ::closedir);
+  while (dir) {
+    struct dirent* e = ::readdir(dir.get());
+    if (!e) break;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    pid_t pid = std::atoi(e->d_name);
+    out.emplace_back(pid, ProcCommand(pid, proc));
+  }
+  return out;
+}
+
+// The workloads of the table (workloads.h) the processes in view show, each
+// once, with the size it wants and the error it gives at 64 MiB.
+void Workloads(const std::vector<std::pair<pid_t, std::string>>& commands, DoctorReport* r) {
+  std::set<std::string> seen;
+  for (const auto& [pid, cmd] : commands) {
+    if (cmd.empty()) continue;
+    WorkloadSignals sig;
+    AddCommandWords(cmd, true, &sig);
+    for (char c : cmd) sig.text += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
+      if (seen.insert(w->name).second) r->workloads.push_back({w->name, pid, w->bytes, w->symptom, w->source});
+    }
+  }
+  // PyTorch, Ray and NCCL have notes of their own below.
+  for (const DoctorWorkload& w : r->workloads) {
+    if (w.name == "PyTorch" || w.name == "Ray" || w.name == "NCCL") continue;
+    r->warnings.push_back(w.name + " (pid " + std::to_string(w.pid) + ") wants a " + FormatSize(w.bytes) +
+                          " /dev/shm; with less: " + w.symptom + " (" + w.source + ")");
+  }
+}
+
+void Frameworks(const std::vector<std::pair<pid_t, std::string>>& commands, const DoctorReport& r,
+                std::vector<std::string>* w) {
+  bool torch = false, ray = false;
+  for (const auto& [pid, cmd] : commands) {
+    torch |= cmd.find("torch") != std::string::npos || cmd.find("num_workers") != std::string::npos;
+    ray |= cmd.find("raylet") != std::string::npos || cmd.find("ray::") != std::string::npos;
+  }
+  bool nccl = false, torch_files = false;
+  for (const DoctorFile& f : r.largest) {
+    std::string name = f.path.substr(f.path.rfind('/') + 1);
+    nccl |= name.starts_with("nccl-");
+    torch_files |= name.starts_with("torch_");
+  }
+  if (torch || torch_files) {
+    w->push_back(
+        "PyTorch: DataLoader workers pass batches through /dev/shm; it needs about num_workers x "
+        "prefetch_factor (2) x batch bytes, or workers die with \"Bus error\"");
+  }
+  if (ray) w->push_back("Ray: the object store wants /dev/shm of at least 30% of RAM; smaller, it falls back to /tmp");
+  if (nccl) w->push_back("NCCL: /dev/shm/nccl-* files are per communicator; leaked ones stay until removed");
+}
+
+}  // namespace
+
+Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
+  DoctorReport r;
+  r.shm_path = o.shm_path;
+  UniqueFd fd(::open(o.shm_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  r.present = fd.valid();
+  r.ipc_ns = NsInode(o.proc, "ipc");
+  r.host_ipc = r.ipc_ns == kInitIpcNs;
+  DetectEngine(o, &r);
+  ReadMount(o.proc, o.shm_path, &r);
+  Memcg memcg = ReadMemcg(o.proc, "self");
+  r.memcg_limit_bytes = memcg.limit_bytes;
+  r.memcg_shmem_bytes = memcg.shmem_bytes;
+  if (Result<std::string> sysv = ReadFile(o.proc + "/sysvipc/shm", 64 << 20); sysv.ok()) r.sysv = ParseSysvShm(*sysv);
+  if (r.present) {
+    SHMK_ASSIGN_OR_RETURN(ShmDir d, MeasureShmDir(fd.get()));
+    r.size_bytes = d.size_bytes;
+    r.used_bytes = d.used_bytes;
+    r.free_bytes = d.size_bytes - d.used_bytes;
+    ProcTable table = ScanProcesses({d.dev}, o.proc);
+    std::sort(d.files.begin(), d.files.end(), [](const ShmFile& a, const ShmFile& b) { return a.bytes > b.bytes; });
+    for (const ShmFile& f : d.files) {
+      DoctorFile df{o.shm_path + "/" + f.path, f.bytes, {}, ""};
+      if (auto it = table.holders.find(f.key); it != table.holders.end()) {
+        for (const HolderRef& h : it->second) df.holders.push_back({h.pid, ProcCommand(h.pid, o.proc)});
+      } else {
+        df.leak_reason = "no process holds it";
+        r.leaked.push_back(df);
+      }
+      if (r.largest.size() < 10) r.largest.push_back(df);
+    }
+  }
+  std::vector<std::pair<pid_t, std::string>> commands = Commands(o.proc);
+  Workloads(commands, &r);
+  if (!r.present) {
+    r.findings.push_back(o.shm_path + " does not exist: programs that use POSIX shared memory will fail");
+  } else if (r.host_ipc) {
+    r.findings.push_back("this " + std::string(r.in_container ? "container shares the host's" : "is the host's") +
+                         " IPC namespace and /dev/shm");
+  } else if (r.size_bytes <= 64 * kMiB) {
+    std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
+    auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
+                                    [](const DoctorWorkload& a, const DoctorWorkload& b) { return a.bytes < b.bytes; });
+    if (biggest != r.workloads.end()) {
+      who = biggest->name + " runs here (pid " + std::to_string(biggest->pid) + ") and wants " +
+            FormatSize(biggest->bytes) + "; with less: " + biggest->symptom;
+    }
+    r.findings.push_back("/dev/shm is " + FormatSize(r.size_bytes) +
+                         ", the 64MiB default of Docker, containerd and CRI-O: " + who);
+  }
+  if (r.present && r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * 80) {
+    r.findings.push_back("/dev/shm is " + std::to_string(r.used_bytes * 100 / r.size_bytes) + "% full");
+  }
+  if (!r.leaked.empty()) {
+    int64_t bytes = 0;
+    for (const DoctorFile& f : r.leaked) bytes += f.bytes;
+    r.findings.push_back(std::to_string(r.leaked.size()) + " file(s), " + FormatSize(bytes) +
+                         ", in /dev/shm are held by no process (leaked?)");
+  }
+  if (r.memcg_limit_bytes && r.size_bytes > r.memcg_limit_bytes) {
+    r.findings.push_back("/dev/shm (" + FormatSize(r.size_bytes) + ") is larger than the memory limit (" +
+                         FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
+  }
+  Fixes(&r);
+  Frameworks(commands, r, &r.warnings);
+  return r;
+}
+
+Json DoctorToJson(const DoctorReport& r) {
+  auto files = [](const std::vector<DoctorFile>& v) {
+    Json a = Json::array();
+    for (const DoctorFile& f : v) {
+      Json h = Json::array();
+      for (const auto& [pid, cmd] : f.holders) h.push_back({{"pid", pid}, {"command", cmd}});
+      a.push_back({{"path", f.path}, {"bytes", f.bytes}, {"holders", h}, {"leak_reason", f.leak_reason}});
+    }
+    return a;
+  };
+  Json sysv = Json::array();
+  for (const SysvSegment& s : r.sysv) {
+    sysv.push_back({{"shmid", s.shmid}, {"bytes", s.bytes}, {"nattch", s.nattch}, {"cpid", s.cpid}});
+  }
+  Json workloads = Json::array();
+  for (const DoctorWorkload& w : r.workloads) {
+    workloads.push_back(
+        {{"name", w.name}, {"pid", w.pid}, {"shm_bytes", w.bytes}, {"symptom", w.symptom}, {"source", w.source}});
+  }
+  return {{"shm",
+           {{"path", r.shm_path},
+            {"present", r.present},
+            {"size_bytes", r.size_bytes},
+            {"used_bytes", r.used_bytes},
+            {"free_bytes", r.free_bytes},
+            {"source", r.mount_source},
+            {"fstype", r.fstype},
+            {"options", r.mount_options}}},
+          {"ipc", {{"namespace", r.ipc_ns}, {"host", r.host_ipc}}},
+          {"engine", r.engine},
+          {"in_container", r.in_container},
+          {"sysv", sysv},
+          {"largest", files(r.largest)},
+          {"leaked", files(r.leaked)},
+          {"memcg", {{"limit_bytes", r.memcg_limit_bytes}, {"shmem_bytes", r.memcg_shmem_bytes}}},
+          {"findings", r.findings},
+          {"fixes", r.fixes},
+          {"warnings", r.warnings},
+          {"workloads", workloads}};
+}
+
+std::string DoctorToText(const DoctorReport& r) {
+  std::ostringstream o;
+  auto row = [&](const std::string& k, const std::string& v) {
+    o << k << std::string(16 - std::min<size_t>(15, k.size()), ' ') << v << "\n";
+  };
+  if (r.present) {
+    row(r.shm_path,
+        FormatSize(r.size_bytes) + ", " + FormatSize(r.used_bytes) + " used, " + FormatSize(r.free_bytes) + " free");
+    row("mount", r.fstype + " \"" + r.mount_source + "\" " + r.mount_options);
+  } else {
+    row(r.shm_path, "missing");
+  }
+  row("IPC namespace", std::to_string(r.ipc_ns) + (r.host_ipc ? " (the host's)" : " (private)"));
+  row("SysV segments", r.sysv.empty() ? "none" : std::to_string(r.sysv.size()));
+  row("memory cgroup", "limit " + (r.memcg_limit_bytes ? FormatSize(r.memcg_limit_bytes) : std::string("none")) +
+                           ", shmem charged " + FormatSize(r.memcg_shmem_bytes));
+  row("engine", r.engine);
+  if (!r.largest.empty()) {
+    o << "largest files\n";
+    for (const DoctorFile& f : r.largest) {
+      o << "  " << FormatSize(f.bytes) << "  " << f.path;
+      if (f.holders.empty()) o << "  (no holder)";
+      for (const auto& [pid, cmd] : f.holders) o << "  pid " << pid << " " << cmd;
+      o << "\n";
+    }
+  }
+  for (const std::string& f : r.findings) o << "problem: " << f << "\n";
+  for (const std::string& w : r.warnings) o << "note: " << w << "\n";
+  if (!r.findings.empty()) {
+    for (const std::string& f : r.fixes) o << "fix: " << f << "\n";
+  }
+  if (r.findings.empty()) o << "ok: nothing wrong with shared memory here\n";
+  return o.str();
+}
+
+}  // namespace shmkeeper

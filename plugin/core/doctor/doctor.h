@@ -1,0 +1,62 @@
+// `shmkeeper doctor`: what the shared memory situation is where it runs (a
+// host or any container) and the exact fix for the engine it detects.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "base/status.h"
+#include "scan/sysv.h"
+
+namespace shmkeeper {
+
+struct DoctorFile {
+  std::string path;
+  int64_t bytes = 0;
+  std::vector<std::pair<pid_t, std::string>> holders;  // pid, command
+  std::string leak_reason;                             // non-empty: looks leaked
+};
+
+// A workload of the table in workloads.h that a running process shows.
+struct DoctorWorkload {
+  std::string name;   // "PostgreSQL"
+  pid_t pid = 0;      // the first process that showed it
+  int64_t bytes = 0;  // the size it wants
+  std::string symptom, source;
+};
+
+struct DoctorReport {
+  std::string shm_path = "/dev/shm";
+  bool present = false;
+  int64_t size_bytes = 0, used_bytes = 0, free_bytes = 0;
+  std::string mount_source, fstype, mount_options;
+  ino_t ipc_ns = 0;
+  bool host_ipc = false;  // the host's initial IPC namespace
+  bool in_container = false;
+  std::string engine;  // docker, podman, kubernetes/containerd, kubernetes/cri-o, containerd, host, none
+  std::vector<SysvSegment> sysv;
+  std::vector<DoctorFile> largest;
+  std::vector<DoctorFile> leaked;
+  int64_t memcg_limit_bytes = 0;  // 0: none
+  int64_t memcg_shmem_bytes = 0;
+  std::vector<std::string> findings;      // what is wrong, most important first
+  std::vector<std::string> fixes;         // exact commands or settings for this engine
+  std::vector<std::string> warnings;      // framework-specific
+  std::vector<DoctorWorkload> workloads;  // once per workload, in table order of discovery
+};
+
+struct DoctorOptions {
+  std::string shm_path = "/dev/shm";
+  std::string proc = "/proc";
+  std::string root = "/";  // for engine markers (/.dockerenv, /run/.containerenv)
+};
+
+Result<DoctorReport> RunDoctor(const DoctorOptions& options);
+Json DoctorToJson(const DoctorReport& report);
+std::string DoctorToText(const DoctorReport& report);
+
+}  // namespace shmkeeper

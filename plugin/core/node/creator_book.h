@@ -1,0 +1,86 @@
+// Who created each shm file, from the sharing runtime's datagrams.
+//
+// Trust model: anyone who can reach the event socket can send anything, so a
+// datagram is a claim, never evidence by itself. The kernel's credentials
+// (SCM_CREDENTIALS) prove only who sent it: a pid and uid in the agent's
+// namespaces. The file is found again from the agent's own view of the
+// sender's /dev/shm (its /proc/<pid>/root, resolved without leaving that
+// root), so a sender can only speak about files in its own /dev/shm. The
+// claim becomes a record only when, at receipt, the sender itself has that
+// inode open or mapped (any of its threads) and may own it: its uid is the
+// file's owner, or it is root (on the host, or in its own user namespace).
+// A record never replaces the record of a creator that still runs. Claims
+// that fail are counted by reason and never acted on.
+//
+// Thread-safety: CreatorBook's methods may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "base/json.h"
+#include "base/status.h"
+#include "scan/proc_table.h"
+
+namespace shmkeeper {
+
+struct CreatorRecord {
+  pid_t host_pid = 0;        // as the kernel told the agent
+  uint64_t start_ticks = 0;  // its start time: a reused pid is another process
+  pid_t ns_pid = 0;          // the same process in its own pid namespace
+  std::string command;
+
+  // Whether that very process still runs.
+  bool Alive(const std::string& proc = "/proc") const;
+};
+
+class CreatorBook {
+ public:
+  // Records `rec` unless the file already has a record whose creator is alive
+  // (then kFailedPrecondition).
+  Status Record(const FileKey& key, CreatorRecord rec, const std::string& proc = "/proc");
+  std::optional<CreatorRecord> Find(const FileKey& key) const;
+  // Drops records of files no longer present.
+  void Retain(const std::set<FileKey>& live);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<FileKey, CreatorRecord> records_;
+};
+
+// Why a creator claim was refused: the label of
+// shmkeeper_event_datagrams_rejected_total.
+enum class ClaimRejection {
+  kMalformed,    // not {"type":"create","path":"/dev/shm/<name>"}
+  kNoFile,       // no such regular file in the sender's /dev/shm, or the sender is gone
+  kNotHolder,    // the sender does not have the file open or mapped
+  kNotOwner,     // the sender's uid is neither the owner's nor root
+  kLiveCreator,  // the file already has a record of a creator that runs
+};
+const char* ClaimRejectionName(ClaimRejection r);
+
+// The kernel's word on a datagram's sender (SCM_CREDENTIALS, translated into
+// the agent's namespaces).
+struct SenderCreds {
+  pid_t pid = 0;
+  uid_t uid = 0;
+};
+
+struct VerifiedClaim {
+  FileKey key;
+  CreatorRecord record;
+};
+
+// Checks one parsed creator claim {"type":"create","path":"/dev/shm/<name>"}
+// (see the trust model above). On failure, `*why` says which check failed.
+Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sender, ClaimRejection* why,
+                                         const std::string& proc = "/proc");
+
+}  // namespace shmkeeper

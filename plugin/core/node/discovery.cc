@@ -1,0 +1,260 @@
+#include "node/discovery.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+
+#include "base/bytes.h"
+#include "base/fileutil.h"
+#include "base/json.h"
+#include "decide/decision_log.h"
+#include "decide/plan.h"
+#include "decide/spec.h"
+#include "scan/proc_table.h"
+
+namespace shmkeeper {
+namespace {
+
+std::string BundleFromLabels(const Json& labels) {
+  if (!labels.is_array()) return "";
+  for (const Json& l : labels) {
+    if (l.is_string() && l.get_ref<const std::string&>().starts_with("bundle=")) {
+      return l.get<std::string>().substr(7);
+    }
+  }
+  return "";
+}
+
+bool IsHexId(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char ch) { return std::isxdigit(ch) && !std::isupper(ch); });
+}
+
+// Names in one containers-storage containers.json, by container id.
+using StorageNames = std::map<std::string, std::string>;
+
+StorageNames ReadStorageNames(const std::string& path) {
+  StorageNames out;
+  Result<std::string> text = ReadFile(path, 64 << 20);
+  if (!text.ok()) return out;
+  Json list = Json::parse(*text, nullptr, false);
+  if (!list.is_array()) return out;
+  for (const Json& e : list) {
+    if (!e.is_object() || !e.contains("names") || !e["names"].is_array() || e["names"].empty()) continue;
+    if (e["names"][0].is_string()) out[StringField(e, "id")] = e["names"][0].get<std::string>();
+  }
+  return out;
+}
+
+// podman writes no name or pod into the spec: the name is in its storage,
+// the pod id in the cgroup path, the pod name in the infra's hostname.
+void ReadPodman(Spec& spec, std::map<std::string, StorageNames>* storage, ContainerRecord* c) {
+  std::string file = PodmanStorageFile(c->bundle, c->id);
+  if (!file.empty()) {
+    auto it = storage->find(file);
+    if (it == storage->end()) it = storage->emplace(file, ReadStorageNames(file)).first;
+    if (auto n = it->second.find(c->id); n != it->second.end()) c->name = n->second;
+  }
+  const Json& linux = spec.doc().contains("linux") ? spec.doc()["linux"] : Json();
+  c->pod_id = PodmanPodId(linux.is_object() ? StringField(linux, "cgroupsPath") : "");
+  if (!c->pod_id.empty() && c->owns_shm) c->pod_name = StringField(spec.doc(), "hostname");
+}
+
+void ReadBundle(ContainerRecord* c, std::map<std::string, StorageNames>* storage) {
+  if (c->bundle.empty()) return;
+  Result<Spec> spec = Spec::Load(c->bundle);
+  if (!spec.ok()) return;
+  const Json& ann = spec->doc().contains("annotations") ? spec->doc()["annotations"] : Json();
+  if (ann.is_object()) {
+    for (auto it = ann.begin(); it != ann.end(); ++it) {
+      if (it.value().is_string()) c->annotations[it.key()] = it.value().get<std::string>();
+    }
+  }
+  if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {
+    const Json& mount = spec->Mount(*m);
+    std::string type = StringField(mount, "type");
+    if (type == "bind" || type.empty()) c->shm_bind_source = StringField(mount, "source");
+  }
+  c->owns_shm = c->shm_bind_source.empty() || c->shm_bind_source.find("/" + c->id + "/") != std::string::npos;
+  auto ctr_name = c->annotations.find("io.kubernetes.cri.container-name");
+  if (ctr_name != c->annotations.end()) c->name = ctr_name->second;
+  if (auto m = c->annotations.find("io.container.manager"); m != c->annotations.end() && m->second == "libpod") {
+    ReadPodman(*spec, storage, c);
+  }
+  Result<std::optional<ShmRequest>> req = UserShmRequest(*spec);
+  if (std::optional<SizingRecord> rec = ReadSizingRecord(c->bundle)) {
+    c->sized_by = rec->by;
+    c->requested_bytes = RoundUpToPage(rec->bytes);
+    c->requested_source = rec->source;
+    c->memory_limit_bytes = rec->limit.bytes;
+    c->memory_limit_source = rec->limit.source;
+  } else if (!c->owns_shm) {
+    // Another container's tmpfs (a pod's): its size is that container's decision, not this spec's.
+  } else if (req.ok() && req->has_value()) {
+    c->requested_bytes = RoundUpToPage((*req)->bytes);
+    c->requested_source = (*req)->source;
+  } else if (std::optional<size_t> m = spec->FindMount("/dev/shm")) {
+    if (std::optional<int64_t> size = spec->MountSizeOption(*m)) {
+      c->requested_bytes = RoundUpToPage(*size);
+      c->requested_source = "spec";
+    }
+  }
+}
+
+// runc keeps <root>/<id>/state.json; crun keeps <root>/<id>/status.
+bool ReadRuntimeState(const std::string& root, const std::string& id, ContainerRecord* c) {
+  if (Result<std::string> text = ReadFile(root + "/" + id + "/state.json", 4 << 20); text.ok()) {
+    Json st = Json::parse(*text, nullptr, false);
+    if (!st.is_object()) return false;
+    c->id = StringField(st, "id", id);
+    c->pid = IntegerField<int>(st, "init_process_pid", 0);
+    c->start_ticks = IntegerField<uint64_t>(st, "init_process_start", 0);
+    if (st.contains("config") && st["config"].is_object() && st["config"].contains("labels")) {
+      c->bundle = BundleFromLabels(st["config"]["labels"]);
+    }
+    return true;
+  }
+  Result<std::string> text = ReadFile(root + "/" + id + "/status", 1 << 20);
+  if (!text.ok()) return false;
+  Json st = Json::parse(*text, nullptr, false);
+  if (!st.is_object()) return false;
+  c->id = id;
+  c->pid = IntegerField<int>(st, "pid", 0);
+  c->start_ticks = IntegerField<uint64_t>(st, "process-start-time", 0);
+  c->bundle = StringField(st, "bundle");
+  return true;
+}
+
+bool ReadState(const std::string& root, const std::string& id, const std::string& proc, ContainerRecord* c) {
+  if (!ReadRuntimeState(root, id, c)) return false;
+  c->runtime_root = root;
+  uint64_t live_start = 0;
+  if (c->pid <= 0 || !ReadProcStat(c->pid, nullptr, &live_start, proc)) return false;
+  return c->start_ticks == 0 || live_start == c->start_ticks;
+}
+
+}  // namespace
+
+std::vector<std::string> DefaultRuntimeRoots() {
+  return {"/run/docker/runtime-runc/moby", "/run/containerd/runc/k8s.io", "/run/containerd/runc/default", "/run/runc",
+          "/run/crun"};
+}
+
+std::string PodmanStorageFile(const std::string& bundle, const std::string& id) {
+  std::string tail = "-containers/" + id + "/userdata";
+  if (id.empty() || !bundle.ends_with(tail)) return "";
+  return bundle.substr(0, bundle.size() - id.size() - std::string("/userdata").size()) + "containers.json";
+}
+
+std::string PodmanPodId(const std::string& cgroups_path) {
+  size_t at = cgroups_path.find("libpod_pod_");
+  if (at != std::string::npos) {  // systemd
+    std::string id = cgroups_path.substr(at + 11, 64);
+    return IsHexId(id) ? id : "";
+  }
+  size_t last = cgroups_path.rfind("/libpod-");
+  if (last == std::string::npos || last == 0) return "";
+  size_t parent = cgroups_path.rfind('/', last - 1);
+  std::string id = cgroups_path.substr(parent + 1, last - parent - 1);
+  return IsHexId(id) ? id : "";
+}
+
+std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots, const std::string& proc) {
+  std::vector<ContainerRecord> out;
+  std::map<std::string, StorageNames> storage;  // each podman storage file read once per discovery
+  for (const std::string& root : roots) {
+    for (const std::string& id : ListDir(root)) {
+      ContainerRecord c;
+      if (!ReadState(root, id, proc, &c)) continue;
+      ReadBundle(&c, &storage);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+bool HoldsState(const std::string& dir, const std::string& id) { return PathExists(dir + "/" + id + "/state.json"); }
+
+// The subdirectories of `root` that hold container state themselves.
+std::vector<std::string> NamespaceDirs(const std::string& root, const std::vector<std::string>& entries) {
+  std::vector<std::string> out;
+  for (const std::string& ns : entries) {
+    for (const std::string& id : ListDir(root + "/" + ns)) {
+      if (HoldsState(root + "/" + ns, id)) {
+        out.push_back(ns);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roots) {
+  std::vector<std::string> out;
+  for (const std::string& root : roots) {
+    std::vector<std::string> entries = ListDir(root);
+    if (entries.empty()) continue;
+    bool known = false;
+    for (const std::string& id : entries) known = known || HoldsState(root, id);
+    if (known) continue;
+    std::vector<std::string> nss = NamespaceDirs(root, entries);
+    if (!nss.empty()) {
+      std::string list;
+      for (const std::string& ns : nss) list += (list.empty() ? "" : ", ") + root + "/" + ns;
+      out.push_back("runtime root " + root +
+                    " holds namespace directories, not containers: no pod under it is found; "
+                    "list the namespace directories in agent.runtimeRoots instead (" +
+                    list + ")");
+    } else {
+      std::string seen;
+      for (size_t i = 0; i < entries.size() && i < 5; ++i) seen += (i ? ", " : "") + entries[i];
+      out.push_back("runtime root " + root +
+                    " holds no container state (<id>/state.json) the agent knows (it has: " + seen +
+                    "): no pod under it is found; point agent.runtimeRoots at the OCI runtime's state directory (runc "
+                    "--root, e.g. "
+                    "/run/containerd/runc/k8s.io)");
+    }
+  }
+  return out;
+}
+
+Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers) {
+  httplib::Client cli(socket);
+  cli.set_address_family(AF_UNIX);
+  cli.set_default_headers({{"Host", "docker"}});  // the socket path is not a valid Host
+  cli.set_connection_timeout(1, 0);
+  cli.set_read_timeout(2, 0);
+  httplib::Result res = cli.Get("/containers/json");
+  if (!res) return Status::NotFound("docker API on " + socket + ": " + httplib::to_string(res.error()));
+  if (res->status != 200) return Status::Internal("docker API: HTTP " + std::to_string(res->status));
+  Json list = Json::parse(res->body, nullptr, false);
+  if (!list.is_array()) return Status::Internal("docker API: /containers/json is not a list");
+  std::map<std::string, const Json*> by_id;
+  for (const Json& c : list) {
+    if (c.is_object() && c.contains("Id") && c["Id"].is_string()) by_id[c["Id"].get<std::string>()] = &c;
+  }
+  for (ContainerRecord& c : *containers) {
+    auto it = by_id.find(c.id);
+    if (it == by_id.end()) continue;
+    const Json& d = *it->second;
+    if (d.contains("Names") && d["Names"].is_array() && !d["Names"].empty() && d["Names"][0].is_string()) {
+      std::string n = d["Names"][0].get<std::string>();
+      c.name = n.starts_with("/") ? n.substr(1) : n;
+    }
+    if (d.contains("Labels") && d["Labels"].is_object()) {
+      for (auto l = d["Labels"].begin(); l != d["Labels"].end(); ++l) {
+        if (l.value().is_string()) c.labels[l.key()] = l.value().get<std::string>();
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,70 @@
+// Finding the containers a node really runs: the OCI runtimes' state
+// directories (runc keeps <root>/<id>/state.json, crun <root>/<id>/status, for every container
+// of Docker, containerd and CRI-O), the bundle's config.json for annotations
+// and the size request, and the Docker Engine API for names and compose
+// labels. Everything read here is untrusted input.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace shmkeeper {
+
+struct ContainerRecord {
+  std::string id;
+  std::string runtime_root;  // state directory it was found in
+  std::string bundle;
+  pid_t pid = 0;             // host pid of the init process
+  uint64_t start_ticks = 0;  // its start time, to detect pid reuse
+  int64_t created_sec = 0;
+  std::string name;                                // Docker name or CRI container name
+  std::map<std::string, std::string> annotations;  // from the OCI spec
+  std::map<std::string, std::string> labels;       // from the Docker API
+  int64_t requested_bytes = 0;                     // what the spec asks for, in whole pages (0 = unknown)
+  std::string requested_source;
+  int64_t memory_limit_bytes = 0;   // the memory limit `shm.default: auto` used (sizing record; 0 = none)
+  std::string memory_limit_source;  // where it was read (see MemoryLimit)
+  std::string shm_bind_source;      // host path bound at /dev/shm by the spec ("" = not a bind)
+  std::string sized_by;             // from the sizing record: runtime, hook, reconcile ("" = none)
+  bool owns_shm = false;            // the shm tmpfs bound at /dev/shm was made for this very container
+  // podman (annotation io.container.manager: libpod): the pod's id (from the
+  // spec's cgroupsPath) and, on the pod's infra container, the pod's name (its
+  // hostname, which podman sets to the pod name unless `pod create --hostname`).
+  std::string pod_id, pod_name;
+};
+
+// The storage file podman keeps container names in: for a podman bundle
+// <storage>/<driver>-containers/<id>/userdata, <storage>/<driver>-containers/containers.json;
+// "" for any other bundle.
+std::string PodmanStorageFile(const std::string& bundle, const std::string& id);
+
+// The pod id in a podman container's cgroupsPath: cgroupfs
+// ".../<pod id>/libpod-<id>", systemd "machine-libpod_pod_<pod id>.slice:libpod:<id>"; "" outside a pod.
+std::string PodmanPodId(const std::string& cgroups_path);
+
+// The default state roots of runc/crun under Docker, containerd and CRI-O.
+std::vector<std::string> DefaultRuntimeRoots();
+
+// Live containers under `roots` (a root that does not exist is skipped).
+// A container whose init process is gone or was replaced is skipped.
+std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots,
+                                                const std::string& proc = "/proc");
+
+// What is wrong with a configured runtime root, one line each with the fix:
+// a root that exists but holds no <id>/state.json, only directories that
+// themselves hold containers (a runtime's root above its namespace
+// directories, as containerd's runc root above k8s.io), or nothing the agent
+// knows. An empty or missing root is fine (no containers yet).
+std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roots);
+
+// Adds Docker names and labels (compose project/service) from the Engine API
+// on `socket`. kNotFound when no engine listens there.
+Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers);
+
+}  // namespace shmkeeper

@@ -1,0 +1,600 @@
+#include "node/engine.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "base/bytes.h"
+
+namespace shmkeeper {
+namespace {
+
+constexpr size_t kMaxQueuedEvents = 1024;
+
+std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/" + k.name; }
+
+AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
+  AgentEvent e;
+  e.time = std::chrono::system_clock::now();
+  e.kind = kind;
+  e.pod = pod;
+  e.message = std::move(msg);
+  return e;
+}
+
+// Events from the difference between two snapshots.
+std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next) {
+  std::vector<AgentEvent> out;
+  std::map<std::string, const PodRecord*> before;
+  if (prev) {
+    for (const PodRecord& p : prev->pods) before[p.key.uid] = &p;
+  }
+  std::set<std::string> seen;
+  for (const PodRecord& p : next.pods) {
+    seen.insert(p.key.uid);
+    auto it = before.find(p.key.uid);
+    const PodRecord* old = it == before.end() ? nullptr : it->second;
+    if (!old && prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
+    if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
+      AgentEvent e =
+          MakeEvent(EventKind::kResizeApplied, p.key,
+                    "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
+      e.bytes = p.size_bytes;
+      out.push_back(e);
+    }
+    for (int pct : {80, 95}) {
+      auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
+      if (over(p) && !(old && over(*old))) {  // crossing it, or over it at first sight
+        AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
+                                 "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
+                                     FormatSize(p.size_bytes) + ")");
+        e.bytes = p.used_bytes;
+        e.threshold_percent = pct;
+        out.push_back(e);
+      }
+    }
+  }
+  for (const auto& [uid, p] : before) {
+    if (!seen.count(uid)) out.push_back(MakeEvent(EventKind::kPodStopped, p->key, PodName(p->key) + " stopped"));
+  }
+  std::set<std::pair<std::string, int32_t>> known;
+  if (prev) {
+    for (const LeakRecord& l : prev->leaks) {
+      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
+    }
+  }
+  for (const LeakRecord& l : next.leaks) {
+    // Only a leaked verdict is news: unheld segments (scratch files, a
+    // creator still running) are listed by ListLeaks, not announced.
+    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
+    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
+                             std::string(LeakStateName(l.state)) + " segment " +
+                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
+                                 FormatSize(l.bytes) + ")");
+    e.bytes = l.bytes;
+    e.path = l.path;
+    out.push_back(e);
+  }
+  return out;
+}
+
+bool PodMatches(const PodKey& k, const std::string& ns, const std::string& pod) {
+  if (!ns.empty() && k.ns != ns) return false;
+  return pod.empty() || k.name == pod || k.uid == pod;
+}
+
+}  // namespace
+
+// ---- EventHub --------------------------------------------------------------
+
+std::unique_ptr<EventHub::Subscription> EventHub::Subscribe() {
+  auto sub = std::make_unique<Subscription>();
+  sub->hub_ = this;
+  std::lock_guard<std::mutex> l(mu_);
+  subs_.push_back(sub.get());
+  return sub;
+}
+
+EventHub::Subscription::~Subscription() {
+  std::lock_guard<std::mutex> l(hub_->mu_);
+  std::erase(hub_->subs_, this);
+}
+
+std::vector<AgentEvent> EventHub::Subscription::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(hub_->mu_);
+  hub_->cv_.wait_for(l, timeout, [&] { return !queue_.empty(); });
+  std::vector<AgentEvent> out(queue_.begin(), queue_.end());
+  queue_.clear();
+  return out;
+}
+
+void EventHub::Publish(const std::vector<AgentEvent>& events) {
+  if (events.empty()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (Subscription* s : subs_) {
+    for (const AgentEvent& e : events) {
+      if (s->queue_.size() >= kMaxQueuedEvents) s->queue_.pop_front();
+      s->queue_.push_back(e);
+    }
+  }
+  cv_.notify_all();
+}
+
+// ---- selectors -------------------------------------------------------------
+
+Result<std::vector<SelectorTerm>> ParseSelector(const std::string& text) {
+  std::vector<SelectorTerm> terms;
+  if (text.empty()) return terms;
+  std::stringstream in(text);
+  std::string part;
+  auto valid_key = [](const std::string& k) {
+    return !k.empty() && k.size() <= 317 &&
+           k.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./") ==
+               std::string::npos;
+  };
+  while (std::getline(in, part, ',')) {
+    SelectorTerm t;
+    size_t ne = part.find("!="), eq = part.find('=');
+    if (ne != std::string::npos) {
+      t = {part.substr(0, ne), part.substr(ne + 2), SelectorTerm::kNotEquals};
+    } else if (eq != std::string::npos) {
+      size_t vstart = part.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1;
+      t = {part.substr(0, eq), part.substr(vstart), SelectorTerm::kEquals};
+    } else if (part.starts_with("!")) {
+      t = {part.substr(1), "", SelectorTerm::kNotExists};
+    } else {
+      t = {part, "", SelectorTerm::kExists};
+    }
+    if (!valid_key(t.key) || t.value.find_first_of("=!, ") != std::string::npos) {
+      return Status::Invalid("malformed selector \"" + text + "\" at \"" + part + "\"");
+    }
+    terms.push_back(std::move(t));
+  }
+  return terms;
+}
+
+bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& terms) {
+  auto lookup = [&](const std::string& k) -> const std::string* {
+    if (auto it = pod.labels.find(k); it != pod.labels.end()) return &it->second;
+    if (auto it = pod.annotations.find(k); it != pod.annotations.end()) return &it->second;
+    return nullptr;
+  };
+  for (const SelectorTerm& t : terms) {
+    const std::string* v = lookup(t.key);
+    bool ok = t.op == SelectorTerm::kExists      ? v != nullptr
+              : t.op == SelectorTerm::kNotExists ? v == nullptr
+              : t.op == SelectorTerm::kEquals    ? v && *v == t.value
+                                                 : !v || *v != t.value;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// ---- Agent -----------------------------------------------------------------
+
+namespace {
+ScanOptions WithCreators(ScanOptions scan) {
+  if (!scan.creators) scan.creators = std::make_shared<CreatorBook>();
+  return scan;
+}
+}  // namespace
+
+Agent::Agent(const Config& config, ScanOptions scan)
+    : config_(config),
+      scanner_(scan = WithCreators(std::move(scan))),  // one CreatorBook, shared with the receiver
+      runtime_roots_(scan.runtime_roots),
+      creators_(scan.creators) {}
+
+Agent::~Agent() { Stop(); }
+
+Status Agent::Start() {
+  Status events = Status::Ok();
+  if (!config_.agent.event_socket.empty()) {
+    receiver_ = std::make_unique<EventReceiver>(
+        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); });
+    events = receiver_->Start().WithContext("event socket");
+    if (!events.ok()) receiver_.reset();
+  }
+  watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); });
+  if (!watcher_->Start().ok()) watcher_.reset();
+  ScanNow();
+  loop_ = std::thread([this] { Loop(); });
+  return events;
+}
+
+void Agent::Poke() {
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    poked_ = true;
+  }
+  loop_cv_.notify_all();
+}
+
+void Agent::OnDatagram(pid_t sender, uid_t uid, const std::string& payload) {
+  Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  std::string type = StringField(doc, "type");
+  if (type == "create") {
+    ClaimRejection why = ClaimRejection::kMalformed;
+    Result<VerifiedClaim> claim = VerifyCreatorClaim(doc, SenderCreds{sender, uid}, &why);
+    if (!claim.ok()) return RejectDatagram(why, sender, claim.status().message());
+    Status recorded = creators_->Record(claim->key, std::move(claim->record));
+    if (!recorded.ok()) RejectDatagram(ClaimRejection::kLiveCreator, sender, recorded.message());
+    return;
+  }
+  if (type == "stopped" || type == "unlink" || type == "memfd") {
+    Poke();  // the node changed
+    return;
+  }
+  RejectDatagram(ClaimRejection::kMalformed, sender, "unknown datagram");
+}
+
+void Agent::RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail) {
+  constexpr auto kWindow = std::chrono::minutes(1);
+  constexpr int kLinesPerWindow = 10;
+  std::string line;
+  {
+    std::lock_guard<std::mutex> l(counters_mu_);
+    counters_.datagrams_rejected[ClaimRejectionName(why)]++;
+    auto now = std::chrono::steady_clock::now();
+    if (now - reject_window_ >= kWindow) {
+      if (reject_dropped_) line = std::to_string(reject_dropped_) + " more refused datagrams were not logged; ";
+      reject_window_ = now;
+      reject_logged_ = 0;
+      reject_dropped_ = 0;
+    }
+    if (reject_logged_ >= kLinesPerWindow) {
+      reject_dropped_++;
+      return;
+    }
+    reject_logged_++;
+  }
+  log_(LogLevel::kWarn, line + "refused a datagram from pid " + std::to_string(sender) + " (" +
+                            ClaimRejectionName(why) + "): " + detail);
+}
+
+AgentCounters Agent::counters() const {
+  std::lock_guard<std::mutex> l(counters_mu_);
+  return counters_;
+}
+
+// The pods' shm directories, whose changes are worth an early scan (the
+// runtime roots are watched too, with their container directories).
+std::vector<std::string> Agent::WatchPaths(const NodeSnapshot& snap) const {
+  std::vector<std::string> paths;
+  for (const PodRecord& p : snap.pods) {
+    if (!p.host_dir.empty()) {
+      paths.push_back(p.host_dir);
+    } else if (p.access_pid > 0 && !p.shares_host_shm) {
+      paths.push_back("/proc/" + std::to_string(p.access_pid) + "/root/dev/shm");
+    }
+  }
+  return paths;
+}
+
+void Agent::Stop() {
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    stop_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+  receiver_.reset();
+  watcher_.reset();
+}
+
+void Agent::Loop() {
+  constexpr auto kMinGap = std::chrono::seconds(1);  // event-driven scans: at most one a second
+  std::unique_lock<std::mutex> l(loop_mu_);
+  auto last = std::chrono::steady_clock::now();
+  while (!stop_) {
+    loop_cv_.wait_for(l, config_.agent.scan_interval, [this] { return stop_.load() || poked_; });
+    if (stop_) break;
+    if (poked_) loop_cv_.wait_until(l, last + kMinGap, [this] { return stop_.load(); });
+    if (stop_) break;
+    poked_ = false;
+    l.unlock();
+    ScanNow();
+    last = std::chrono::steady_clock::now();
+    l.lock();
+  }
+}
+
+// Lists the sandboxes; in agent-only mode sizes them before they are measured.
+std::vector<CriSandbox> Agent::Reconcile() {
+  Result<std::vector<CriSandbox>> sandboxes = reconciler_.list_sandboxes();
+  std::vector<ReconcileResult> results;
+  if (!sandboxes.ok()) {
+    ReconcileResult failed;
+    failed.status = sandboxes.status().WithContext("list pod sandboxes");
+    results.push_back(std::move(failed));
+  } else if (reconciler_.resize) {
+    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *Os::Default());
+  }
+  for (const ReconcileResult& r : results) {
+    bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;
+    bool new_error = !r.status.ok() && reported_.insert(r.sandbox_id + "\n" + r.status.message()).second;
+    if ((resized || new_error) && reconciler_.report) reconciler_.report(r);
+  }
+  return sandboxes.ok() ? std::move(*sandboxes) : std::vector<CriSandbox>();
+}
+
+void Agent::WarnOnce(const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings) {
+    if (warn_ && reported_.insert("warn\n" + w).second) warn_(w);
+  }
+}
+
+void Agent::ScanNow() {
+  std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  ScanLocked();
+}
+
+void Agent::ScanLocked() {
+  std::vector<CriSandbox> sandboxes;
+  if (reconciler_.list_sandboxes) sandboxes = Reconcile();
+  WarnOnce(RuntimeRootWarnings(runtime_roots_));
+  NodeSnapshot snap = scanner_.Scan();
+  LabelPodsFromCri(sandboxes, &snap.pods);
+  std::map<std::string, int64_t> peaks;  // pods that are gone drop out
+  for (PodRecord& p : snap.pods) {
+    int64_t& peak = peaks[p.key.uid];
+    peak = std::max({peak, p.used_bytes, peak_used_[p.key.uid]});
+    p.peak_used_bytes = peak;
+  }
+  peak_used_ = std::move(peaks);
+  if (snap.restored_from_quarantine) {
+    log_(LogLevel::kWarn, "renamed " + std::to_string(snap.restored_from_quarantine) +
+                              " file(s) back from reclaim quarantine (an interrupted reclaim)");
+    std::lock_guard<std::mutex> l(counters_mu_);
+    counters_.restored_from_quarantine += snap.restored_from_quarantine;
+  }
+  auto next = std::make_shared<const NodeSnapshot>(std::move(snap));
+  if (watcher_) watcher_->SetPaths(WatchPaths(*next), runtime_roots_);
+  Publish(next);
+  AutoReclaim(*next);
+  ::malloc_trim(0);  // give the previous snapshot's and the scan's memory back
+}
+
+void Agent::Publish(std::shared_ptr<const NodeSnapshot> next) {
+  std::shared_ptr<const NodeSnapshot> prev;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    prev = snapshot_;
+    snapshot_ = next;
+  }
+  events_.Publish(Diff(prev.get(), *next));
+}
+
+std::shared_ptr<const NodeSnapshot> Agent::Snapshot() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return snapshot_;
+}
+
+void Agent::AutoReclaim(const NodeSnapshot& snap) {
+  std::vector<LeakRecord> due;
+  for (const LeakRecord& l : snap.leaks) {
+    bool on = config_.leaks.reclaim == LeakReclaim::kAuto || l.reclaim_auto;
+    if (on && l.reclaimable) due.push_back(l);
+  }
+  if (!due.empty()) RecordReclaim(ReclaimLeaks(due, /*dry_run=*/false));
+}
+
+namespace {
+
+std::string Where(const LeakRecord& l) { return l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path; }
+
+// One line per removal: what, where, and on which evidence.
+std::string RemovalLine(const LeakRecord& l) {
+  std::string pod = l.pod.ns.empty() ? l.pod.name : l.pod.ns + "/" + l.pod.name;
+  return "reclaimed " + Where(l) + " of " + pod + ": inode " + std::to_string(l.key.dev) + ":" +
+         std::to_string(l.key.ino) + ", " + std::to_string(l.bytes) + " bytes, creator pid " +
+         std::to_string(l.creator_pid) + (l.creator_command.empty() ? "" : " (" + l.creator_command + ")") +
+         " dead, evidence " + l.creator_source + ", unheld for " +
+         std::to_string(static_cast<int64_t>(l.unheld_for_sec)) + "s";
+}
+
+}  // namespace
+
+void Agent::RecordReclaim(const ReclaimOutcome& out) {
+  std::vector<AgentEvent> events;
+  for (const LeakRecord& l : out.reclaimed) {
+    log_(LogLevel::kInfo, RemovalLine(l));
+    AgentEvent e =
+        MakeEvent(EventKind::kLeakReclaimed, l.pod, "reclaimed " + Where(l) + " (" + FormatSize(l.bytes) + ")");
+    e.bytes = l.bytes;
+    e.path = l.path;
+    events.push_back(e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    for (const SkippedLeak& k : out.skipped) {
+      if (k.reason == "verdict") continue;  // not a candidate: nothing was refused
+      counters_.reclaim_kept[k.reason]++;
+      if (k.reason == "error") counters_.reclaim_errors++;
+    }
+    counters_.reclaim_raced += out.raced;
+  }
+  for (const SkippedLeak& k : out.skipped) {
+    if (k.reason == "error") log_(LogLevel::kError, "reclaim of " + Where(k.leak) + " failed: " + k.message);
+  }
+  if (out.raced) {
+    log_(LogLevel::kError, std::to_string(out.raced) +
+                               " removed file(s) were opened by a process whose lookup preceded the quarantine "
+                               "rename (see README, Why reclaim is safe)");
+  }
+  reclaimed_total_ += static_cast<int64_t>(out.reclaimed.size());
+  reclaimed_bytes_total_ += out.freed_bytes;
+  events_.Publish(events);
+}
+
+Result<std::vector<PodRecord>> Agent::ListPods(const PodFilter& f) const {
+  SHMK_ASSIGN_OR_RETURN(std::vector<SelectorTerm> terms, ParseSelector(f.selector));
+  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+  std::vector<PodRecord> out;
+  if (!snap) return Status::Precondition("the first scan has not finished");
+  for (const PodRecord& p : snap->pods) {
+    if (!f.ns.empty() && p.key.ns != f.ns) continue;
+    if (f.only_with_leaks && p.leaked_bytes == 0) continue;
+    if (!MatchesSelector(p, terms)) continue;
+    out.push_back(p);
+  }
+  return out;
+}
+
+Result<PodRecord> Agent::FindPod(const std::string& uid, const std::string& name,
+                                 const std::string& container_id) const {
+  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+  if (!snap) return Status::Precondition("the first scan has not finished");
+  if (uid.empty() && name.empty() && container_id.empty()) {
+    return Status::Invalid("give a pod uid, a namespace/name, or a container id");
+  }
+  if (!container_id.empty() && container_id.size() < 4) {
+    return Status::Invalid("container id prefix \"" + container_id + "\" is shorter than 4 characters");
+  }
+  std::vector<const PodRecord*> hits;
+  for (const PodRecord& p : snap->pods) {
+    bool hit = (!uid.empty() && p.key.uid == uid) || (!name.empty() && PodName(p.key) == name);
+    for (const ContainerRecord& c : p.containers) {
+      if (!container_id.empty() && c.id.starts_with(container_id)) hit = true;
+    }
+    if (hit) hits.push_back(&p);
+  }
+  std::string what = !uid.empty() ? "uid " + uid : !name.empty() ? "name " + name : "container " + container_id;
+  if (hits.empty()) return Status::NotFound("no pod with " + what);
+  if (hits.size() > 1) return Status::Invalid(what + " matches " + std::to_string(hits.size()) + " pods");
+  return *hits.front();
+}
+
+std::vector<LeakRecord> Agent::ListLeaks(const std::string& ns, const std::string& pod) const {
+  std::vector<LeakRecord> out;
+  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+  if (!snap) return out;
+  for (const LeakRecord& l : snap->leaks) {
+    if (PodMatches(l.pod, ns, pod)) out.push_back(l);
+  }
+  return out;
+}
+
+Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
+                                      const std::vector<std::string>& paths) {
+  // A fresh scan first: reclaim acts on what is true now, not on the last
+  // tick; and no scan runs while files are in quarantine.
+  std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  ScanLocked();
+  std::vector<LeakRecord> candidates;
+  for (const LeakRecord& l : ListLeaks(ns, pod)) {
+    // Paths as ListLeaks shows them (names that are not UTF-8 escaped).
+    bool listed = std::find(paths.begin(), paths.end(), l.path) != paths.end() ||
+                  std::find(paths.begin(), paths.end(), EscapeInvalidUtf8(l.path)) != paths.end();
+    if (paths.empty() || listed) candidates.push_back(l);
+  }
+  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run);
+  if (!dry_run) RecordReclaim(out);
+  return out;
+}
+
+// ---- metrics ---------------------------------------------------------------
+
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string PodLabels(const PodKey& k) {
+  return "namespace=\"" + Escape(k.ns) + "\",pod=\"" + Escape(k.name) + "\",uid=\"" + Escape(k.uid) + "\",kind=\"" +
+         PodKindName(k.kind) + "\"";
+}
+
+}  // namespace
+
+std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
+  std::ostringstream o;
+  auto help = [&](const char* name, const char* type, const char* text) {
+    o << "# HELP " << name << " " << text << "\n# TYPE " << name << " " << type << "\n";
+  };
+  help("shmkeeper_up", "gauge", "1 once the agent has completed a scan.");
+  o << "shmkeeper_up " << (snap ? 1 : 0) << "\n";
+  help("shmkeeper_reclaimed_segments_total", "counter", "Segments reclaimed by the agent.");
+  o << "shmkeeper_reclaimed_segments_total " << agent.reclaimed_total() << "\n";
+  help("shmkeeper_reclaimed_bytes_total", "counter", "Bytes freed by reclaim.");
+  o << "shmkeeper_reclaimed_bytes_total " << agent.reclaimed_bytes_total() << "\n";
+  AgentCounters c = agent.counters();
+  help("shmkeeper_event_datagrams_rejected_total", "counter",
+       "Event datagrams refused (creator claims that failed verification, malformed messages), by reason.");
+  for (ClaimRejection r : {ClaimRejection::kMalformed, ClaimRejection::kNoFile, ClaimRejection::kNotHolder,
+                           ClaimRejection::kNotOwner, ClaimRejection::kLiveCreator}) {
+    o << "shmkeeper_event_datagrams_rejected_total{reason=\"" << ClaimRejectionName(r) << "\"} "
+      << c.datagrams_rejected[ClaimRejectionName(r)] << "\n";
+  }
+  help("shmkeeper_reclaim_kept_total", "counter",
+       "Reclaim candidates kept because the protocol found a holder, a change or an error, by reason.");
+  for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
+    o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
+  }
+  help("shmkeeper_reclaim_errors_total", "counter", "Reclaim removals that failed with an error.");
+  o << "shmkeeper_reclaim_errors_total " << c.reclaim_errors << "\n";
+  help("shmkeeper_reclaim_raced_total", "counter",
+       "Removed files that an open(2) begun before the quarantine rename reached afterwards.");
+  o << "shmkeeper_reclaim_raced_total " << c.reclaim_raced << "\n";
+  help("shmkeeper_quarantine_restored_total", "counter", "Files renamed back from an interrupted reclaim.");
+  o << "shmkeeper_quarantine_restored_total " << c.restored_from_quarantine << "\n";
+  if (!snap) return o.str();
+  help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
+  o << "shmkeeper_scan_duration_seconds " << std::chrono::duration<double>(snap->duration).count() << "\n";
+  help("shmkeeper_scans_total", "counter", "Full scans completed.");
+  o << "shmkeeper_scans_total " << snap->scans << "\n";
+  help("shmkeeper_last_scan_timestamp_seconds", "gauge", "Unix time of the last completed scan.");
+  o << "shmkeeper_last_scan_timestamp_seconds " << std::chrono::duration<double>(snap->time.time_since_epoch()).count()
+    << "\n";
+  help("shmkeeper_node_shm_size_bytes", "gauge", "Size of the host's /dev/shm.");
+  o << "shmkeeper_node_shm_size_bytes " << snap->host_shm_size_bytes << "\n";
+  help("shmkeeper_node_shm_used_bytes", "gauge", "Used bytes of the host's /dev/shm.");
+  o << "shmkeeper_node_shm_used_bytes " << snap->host_shm_used_bytes << "\n";
+  help("shmkeeper_node_leaked_bytes", "gauge", "Bytes in segments whose verdict is leaked, node-wide.");
+  o << "shmkeeper_node_leaked_bytes " << snap->leaked_bytes << "\n";
+  help("shmkeeper_node_unheld_bytes", "gauge", "Bytes in segments nobody holds (unheld or leaked), node-wide.");
+  o << "shmkeeper_node_unheld_bytes " << snap->unheld_bytes << "\n";
+  struct Series {
+    const char* name;
+    const char* help;
+    int64_t PodRecord::*field;
+  };
+  static constexpr Series kSeries[] = {
+      {"shmkeeper_pod_shm_size_bytes", "Size of the pod's /dev/shm tmpfs.", &PodRecord::size_bytes},
+      {"shmkeeper_pod_shm_used_bytes", "Used bytes of the pod's /dev/shm (statfs).", &PodRecord::used_bytes},
+      {"shmkeeper_pod_shm_unlinked_bytes", "Bytes held by unlinked files.", &PodRecord::unlinked_bytes},
+      {"shmkeeper_pod_sysv_bytes", "SysV shared memory in the pod's IPC namespace.", &PodRecord::sysv_bytes},
+      {"shmkeeper_pod_memcg_shmem_bytes", "shmem charged to the pod's memory cgroup.", &PodRecord::memcg_shmem_bytes},
+      {"shmkeeper_pod_leaked_bytes", "Bytes in the pod's segments whose verdict is leaked.", &PodRecord::leaked_bytes},
+      {"shmkeeper_pod_unheld_bytes", "Bytes in the pod's segments that nobody holds (unheld or leaked).",
+       &PodRecord::unheld_bytes},
+  };
+  for (const Series& s : kSeries) {
+    help(s.name, "gauge", s.help);
+    for (const PodRecord& p : snap->pods) o << s.name << "{" << PodLabels(p.key) << "} " << p.*s.field << "\n";
+  }
+  help("shmkeeper_pod_shm_files", "gauge", "Files in the pod's /dev/shm.");
+  for (const PodRecord& p : snap->pods) o << "shmkeeper_pod_shm_files{" << PodLabels(p.key) << "} " << p.files << "\n";
+  return o.str();
+}
+
+const char* EventKindName(EventKind kind) {
+  static constexpr const char* kNames[] = {"?",          "pod_started", "pod_stopped",   "resize_applied",
+                                           "usage_high", "leak_found",  "leak_reclaimed"};
+  return kNames[static_cast<int>(kind)];
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,193 @@
+// The node agent's engine, independent of gRPC and HTTP: a scan loop that
+// publishes immutable NodeSnapshots, pod queries, reclaim, and events.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "decide/config.h"
+#include "node/node_events.h"
+#include "node/node_scan.h"
+#include "node/reclaim.h"
+#include "node/reconcile.h"
+
+namespace shmkeeper {
+
+enum class EventKind { kPodStarted = 1, kPodStopped, kResizeApplied, kUsageHigh, kLeakFound, kLeakReclaimed };
+
+struct AgentEvent {
+  std::chrono::system_clock::time_point time;
+  EventKind kind = EventKind::kPodStarted;
+  PodKey pod;
+  std::string message;
+  int64_t bytes = 0;
+  int32_t threshold_percent = 0;
+  std::string path;
+};
+
+// A bounded queue per subscriber; a slow subscriber loses its oldest events.
+class EventHub {
+ public:
+  class Subscription {
+   public:
+    // Waits up to `timeout` for events; returns what is queued (maybe none).
+    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout);
+    ~Subscription();
+
+   private:
+    friend class EventHub;
+    EventHub* hub_ = nullptr;
+    std::deque<AgentEvent> queue_;
+  };
+  std::unique_ptr<Subscription> Subscribe();
+  void Publish(const std::vector<AgentEvent>& events);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Subscription*> subs_;
+};
+
+// "k=v,k2!=v2,k3,!k4" over labels and annotations together.
+struct SelectorTerm {
+  std::string key, value;
+  enum Op { kEquals, kNotEquals, kExists, kNotExists } op = kExists;
+};
+Result<std::vector<SelectorTerm>> ParseSelector(const std::string& text);
+bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& terms);
+
+struct PodFilter {
+  std::string ns;
+  std::string selector;
+  bool only_with_leaks = false;
+};
+
+// How the agent lists pod sandboxes over the CRI (the client lives with the
+// gRPC code) and where it reports what it did. Every scan lists them once:
+// their labels go on the pods; in agent-only mode (agent.reconcile, `resize`)
+// their /dev/shm is sized first.
+struct Reconciler {
+  std::function<Result<std::vector<CriSandbox>>()> list_sandboxes;
+  // Called for each resize, each sandbox whose size cannot be applied (once
+  // per sandbox) and a failing CRI listing (once per distinct error).
+  std::function<void(const ReconcileResult&)> report;
+  bool resize = true;
+};
+
+// Where the engine reports what an operator must be able to find later
+// (removals, refused datagrams). Called from any of the agent's threads.
+using AgentLog = std::function<void(LogLevel, const std::string&)>;
+
+// Counters beside the snapshots, for /metrics.
+struct AgentCounters {
+  std::map<std::string, int64_t> datagrams_rejected;  // by ClaimRejection name
+  std::map<std::string, int64_t> reclaim_kept;        // by SkippedLeak::reason
+  int64_t reclaim_errors = 0;
+  int64_t reclaim_raced = 0;
+  int64_t restored_from_quarantine = 0;
+};
+
+class Agent {
+ public:
+  Agent(const Config& config, ScanOptions scan);
+  ~Agent();
+
+  // REQUIRES: called before Start(). The default drops messages.
+  void SetLog(AgentLog log) { log_ = std::move(log); }
+
+  // REQUIRES: called before Start().
+  void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
+  // Where configuration problems found while scanning go (each distinct one
+  // once), e.g. RuntimeRootWarnings. REQUIRES: called before Start().
+  void SetWarningSink(std::function<void(const std::string&)> warn) { warn_ = std::move(warn); }
+
+  // Starts the scan loop (the first scan runs before Start returns), the
+  // event socket receiver (agent.eventSocket) and the inotify watcher.
+  // Returns the first error of the event socket (the scans run regardless).
+  Status Start();
+  // Asks for a scan soon (at most one per second beyond the periodic ones).
+  void Poke();
+  const CreatorBook& creators() const { return *creators_; }
+  void Stop();
+  // Runs one scan now and publishes it (tests and the CLI's --once).
+  void ScanNow();
+
+  std::shared_ptr<const NodeSnapshot> Snapshot() const;
+  bool Ready() const { return Snapshot() != nullptr; }
+
+  Result<std::vector<PodRecord>> ListPods(const PodFilter& filter) const;
+  // `uid`, "namespace/name" (or a plain container's name), or a container id
+  // (full or a unique prefix of at least 4 characters).
+  Result<PodRecord> FindPod(const std::string& uid, const std::string& name, const std::string& container_id) const;
+  std::vector<LeakRecord> ListLeaks(const std::string& ns, const std::string& pod) const;
+  Result<ReclaimOutcome> Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
+                                 const std::vector<std::string>& paths);
+
+  EventHub& events() { return events_; }
+  const Config& config() const { return config_; }
+  int64_t reclaimed_total() const { return reclaimed_total_; }
+  int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
+  AgentCounters counters() const;
+
+ private:
+  void Loop();
+  std::vector<CriSandbox> Reconcile();
+  void WarnOnce(const std::vector<std::string>& warnings);
+  void OnDatagram(pid_t sender, uid_t uid, const std::string& payload);
+  void RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail);
+  // A scan, published, then auto-reclaim. REQUIRES: scan_mu_ held.
+  void ScanLocked();
+  std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
+  void Publish(std::shared_ptr<const NodeSnapshot> next);
+  void AutoReclaim(const NodeSnapshot& snap);
+  void RecordReclaim(const ReclaimOutcome& out);
+
+  Config config_;
+  std::mutex scan_mu_;  // one scan at a time
+  Scanner scanner_;
+  std::vector<std::string> runtime_roots_;
+  std::shared_ptr<CreatorBook> creators_;
+  Reconciler reconciler_;
+  std::function<void(const std::string&)> warn_;
+  std::set<std::string> reported_;  // reconcile errors and warnings already reported; guarded by scan_mu_
+  mutable std::mutex mu_;
+  std::shared_ptr<const NodeSnapshot> snapshot_;
+  std::map<std::string, int64_t> peak_used_;  // pod uid -> most used bytes seen; guarded by scan_mu_
+  EventHub events_;
+  std::atomic<bool> stop_{false};
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool poked_ = false;  // guarded by loop_mu_
+  std::thread loop_;
+  std::unique_ptr<EventReceiver> receiver_;
+  std::unique_ptr<ChangeWatcher> watcher_;
+  std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};
+  AgentLog log_ = [](LogLevel, const std::string&) {};
+  mutable std::mutex counters_mu_;
+  AgentCounters counters_;  // guarded by counters_mu_
+  // Rate limit of the log lines about refused datagrams: a window and what
+  // was logged or dropped in it. Guarded by counters_mu_.
+  std::chrono::steady_clock::time_point reject_window_{};
+  int reject_logged_ = 0;
+  int64_t reject_dropped_ = 0;
+};
+
+// Prometheus text exposition of a snapshot.
+std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent);
+
+const char* EventKindName(EventKind kind);
+
+}  // namespace shmkeeper

@@ -1,0 +1,67 @@
+// What wakes the agent between periodic scans: datagrams on its event socket
+// (the hook's "stopped", the sharing runtime's creator records) and inotify
+// on the shm directories and runtime state roots it knows.
+//
+// Each class owns one thread, started by Start and joined by the destructor.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/fileutil.h"
+#include "base/status.h"
+
+namespace shmkeeper {
+
+// A SOCK_DGRAM unix socket with SO_PASSCRED. `on_datagram` gets the sender's
+// pid and uid as the kernel reports them (in the agent's namespaces) and the
+// payload; a datagram too large for the buffer arrives as an empty payload.
+// The socket is mode 0666: any container user may send, because nothing in
+// a payload is trusted (see creator_book.h).
+class EventReceiver {
+ public:
+  using Handler = std::function<void(pid_t sender, uid_t uid, const std::string& payload)>;
+  EventReceiver(std::string path, Handler on_datagram);
+  ~EventReceiver();
+  Status Start();
+
+ private:
+  void Run();
+  std::string path_;
+  Handler handler_;
+  UniqueFd sock_, stop_;
+  std::thread thread_;
+};
+
+// inotify on a set of directories; `on_change` runs on the watcher's thread
+// for any create, delete, move or finished write in them.
+class ChangeWatcher {
+ public:
+  explicit ChangeWatcher(std::function<void()> on_change);
+  ~ChangeWatcher();
+  Status Start();
+  // Replaces the watched set (paths that do not exist are dropped). `roots`
+  // (runtime state roots) are watched one level down too, so a new
+  // container's state.json written after its directory appeared is seen; a
+  // root that does not exist yet is waited for on its nearest existing parent
+  // and watched once it appears (before `on_change` runs for that event).
+  void SetPaths(const std::vector<std::string>& paths, const std::vector<std::string>& roots = {});
+
+ private:
+  void Run();
+  void Sync();  // REQUIRES: mu_ held. Makes the watches match want_/roots_.
+  std::function<void()> on_change_;
+  UniqueFd inotify_, stop_;
+  std::mutex mu_;
+  std::vector<std::string> want_, roots_;
+  std::map<std::string, int> watches_;  // path -> wd
+  std::thread thread_;
+};
+
+}  // namespace shmkeeper

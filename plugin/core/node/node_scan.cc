@@ -1,0 +1,419 @@
+#include "node/node_scan.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <thread>
+
+#include "base/fileutil.h"
+#include "base/safe_path.h"
+#include "node/quarantine.h"
+#include "scan/memcg.h"
+#include "scan/shm_dir.h"
+#include "scan/sysv.h"
+
+namespace shmkeeper {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string Get(const std::map<std::string, std::string>& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? "" : it->second;
+}
+
+// The pod a container belongs to, and its identity.
+std::string PodIdOf(const ContainerRecord& c, PodRecord* p) {
+  std::string sandbox = Get(c.annotations, "io.kubernetes.cri.sandbox-id");
+  if (!sandbox.empty()) {
+    p->key = {PodKind::kKubernetes, Get(c.annotations, "io.kubernetes.cri.sandbox-namespace"),
+              Get(c.annotations, "io.kubernetes.cri.sandbox-name"),
+              Get(c.annotations, "io.kubernetes.cri.sandbox-uid")};
+    return "cri:" + sandbox;
+  }
+  if (!c.pod_id.empty()) {  // a podman pod: named by its infra container (GroupPods)
+    p->key = {PodKind::kPodman, "", c.pod_id.substr(0, 12), c.pod_id};
+    return "podman:" + c.pod_id;
+  }
+  std::string project = Get(c.labels, "com.docker.compose.project");
+  std::string name = c.name.empty() ? c.id.substr(0, 12) : c.name;
+  if (!project.empty()) {
+    p->key = {PodKind::kCompose, project, name, c.id};
+    p->compose_project = project;
+    p->compose_service = Get(c.labels, "com.docker.compose.service");
+  } else {
+    p->key = {PodKind::kContainer, "", name, c.id};
+  }
+  return "ctr:" + c.id;
+}
+
+std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers) {
+  std::map<std::string, PodRecord> pods;
+  for (const ContainerRecord& c : containers) {
+    PodRecord fresh;
+    std::string id = PodIdOf(c, &fresh);
+    auto [it, inserted] = pods.try_emplace(id, std::move(fresh));
+    PodRecord& p = it->second;
+    // The container whose tmpfs the pod shares decides what the pod's row shows.
+    bool sandbox = Get(c.annotations, "io.kubernetes.cri.container-type") == "sandbox" ||
+                   (!c.pod_id.empty() && c.owns_shm && !c.shm_bind_source.empty());
+    if (!c.pod_name.empty()) p.key.name = c.pod_name;
+    if (inserted || sandbox) {
+      p.access_pid = c.pid;
+      p.annotations = c.annotations;
+      p.requested_bytes = c.requested_bytes;
+      p.requested_source = c.requested_source;
+      p.memory_limit_bytes = c.memory_limit_bytes;
+      p.memory_limit_source = c.memory_limit_source;
+      p.sized_by = c.sized_by;
+      p.shm_host_source = c.shm_bind_source;
+    }
+    for (const auto& [k, v] : c.labels) p.labels[k] = v;
+    p.started_sec = p.started_sec ? std::min(p.started_sec, c.created_sec) : c.created_sec;
+    p.reclaim_auto = p.reclaim_auto || Get(c.annotations, "shmkeeper.io/reclaim") == "auto";
+    p.containers.push_back(c);
+  }
+  std::vector<PodRecord> out;
+  for (auto& [_, p] : pods) out.push_back(std::move(p));
+  return out;
+}
+
+Result<UniqueFd> OpenPodShm(const PodRecord& p, const std::string& proc) {
+  if (!p.host_dir.empty()) {
+    UniqueFd fd(::open(p.host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno(errno, "open " + p.host_dir);
+    return fd;
+  }
+  return OpenProcessDir(p.access_pid, "/dev/shm", proc);
+}
+
+std::string DisplayPath(const PodRecord& p, const std::string& rel) {
+  return (p.host_dir.empty() ? std::string("/dev/shm") : p.host_dir) + "/" + rel;
+}
+
+// The `n` largest files, with their holders and the holders' commands.
+LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held);
+
+std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
+                                       size_t n, const std::map<FileKey, LeakState>& verdicts,
+                                       const std::string& proc) {
+  std::vector<size_t> idx(files.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  n = std::min(n, idx.size());
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(n), idx.end(),
+                    [&](size_t a, size_t b) { return files[a].bytes > files[b].bytes; });
+  std::vector<SegmentRecord> out;
+  for (size_t k = 0; k < n; ++k) {
+    const ShmFile& f = files[idx[k]];
+    SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, LeakState::kHeld, {}};
+    auto held = table.holders.find(f.key);
+    if (held != table.holders.end()) {
+      for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped});
+    }
+    seg.state = SegmentState(verdicts, f.key, held != table.holders.end());
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
+}  // namespace
+
+NameHint CreatorHintFromName(const std::string& path) {
+  std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  auto pid_at = [&](size_t pos) -> pid_t {
+    size_t end = pos;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end == pos || end - pos > 9 || (end < name.size() && name[end] != '_')) return 0;
+    return static_cast<pid_t>(std::atol(name.c_str() + pos));
+  };
+  if (name.starts_with("torch_")) return {"torch", pid_at(6)};
+  if (name.starts_with("sgl_shm_")) {
+    size_t us = name.find('_', 8);
+    return {"sgl_shm", us == std::string::npos ? 0 : pid_at(us + 1)};
+  }
+  if (name.starts_with("psm_")) return {"psm", 0};
+  if (name.starts_with("nccl-")) return {"nccl", 0};
+  return {"", 0};
+}
+
+namespace {
+
+// Adds an unheld segment to its pod and the snapshot, with its verdict:
+// leaked needs evidence (a creator source), that creator dead, and
+// leaks.grace over since the agent first saw it unheld; else unheld.
+void FinishLeak(LeakRecord l, PodRecord* p, SteadyClock::time_point now, SteadyClock::time_point first_unheld,
+                std::chrono::seconds grace, NodeSnapshot* snap) {
+  l.pod = p->key;
+  bool past_grace = now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
+  l.state = !l.creator_source.empty() && l.creator_dead && past_grace ? LeakState::kLeaked : LeakState::kUnheld;
+  l.unheld_for_sec = std::chrono::duration<double>(now - first_unheld).count();
+  l.reclaimable = l.state == LeakState::kLeaked;
+  l.access_pid = p->access_pid;
+  l.host_dir = p->host_dir;
+  l.shm_host_source = p->shm_host_source;
+  l.reclaim_auto = p->reclaim_auto;
+  p->unheld_bytes += l.bytes;
+  snap->unheld_bytes += l.bytes;
+  if (l.state == LeakState::kLeaked) {
+    p->leaked_bytes += l.bytes;
+    snap->leaked_bytes += l.bytes;
+  }
+  snap->leaks.push_back(std::move(l));
+}
+
+// Whether the pod's /dev/shm is its own tmpfs rather than one it joined
+// (docker --ipc=container:, a podman pod member): a tmpfs mount in its spec,
+// or a bind of a host tmpfs whose path names one of its containers.
+bool OwnsShm(const PodRecord& p) {
+  if (p.shm_host_source.empty()) return true;
+  return std::any_of(p.containers.begin(), p.containers.end(), [&](const ContainerRecord& c) {
+    return !c.id.empty() && p.shm_host_source.find(c.id) != std::string::npos;
+  });
+}
+
+// The order in which pods' segments are judged: on a tmpfs several pods
+// share, the owner's turn comes first and the others' segments are not
+// counted again.
+std::vector<size_t> OwnersFirst(const std::vector<PodRecord>& pods) {
+  std::vector<size_t> order(pods.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return OwnsShm(pods[i]); });
+  return order;
+}
+
+// The verdict of each file of a pod for its top segments.
+LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held) {
+  if (held) return LeakState::kHeld;
+  auto it = verdicts.find(key);
+  return it == verdicts.end() ? LeakState::kUnheld : it->second;
+}
+
+}  // namespace
+
+std::vector<PodRecord> Scanner::DiscoverPods() const {
+  std::vector<ContainerRecord> containers = DiscoverContainers(opts_.runtime_roots, opts_.proc);
+  if (!opts_.docker_socket.empty()) (void)EnrichFromDocker(opts_.docker_socket, &containers);
+  std::vector<PodRecord> pods = GroupPods(containers);
+  for (const std::string& dir : opts_.host_shm_dirs) {
+    PodRecord p;
+    p.key = {PodKind::kHost, "", dir, "host:" + dir};
+    p.host_dir = dir;
+    pods.push_back(std::move(p));
+  }
+  return pods;
+}
+
+void Scanner::MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const {
+  struct stat st;
+  *host_dev = ::stat("/dev/shm", &st) == 0 ? st.st_dev : 0;
+  UniqueFd fd(::open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return;
+  if (Result<ShmDir> d = MeasureShmDir(fd.get(), 0); d.ok()) {
+    snap->host_shm_size_bytes = d->size_bytes;
+    snap->host_shm_used_bytes = d->used_bytes;
+  }
+}
+
+namespace {
+
+// Measures one pod's tmpfs, first renaming back any file a reclaim left in
+// quarantine (an agent killed mid-reclaim). No reclaim runs during a scan.
+Result<ShmDir> MeasureRestoring(int fd, int depth, int64_t* restored) {
+  Result<ShmDir> d = MeasureShmDir(fd, depth);
+  if (!d.ok()) return d;
+  std::vector<std::string> hidden;
+  for (const ShmFile& f : d->files) {
+    size_t slash = f.path.rfind('/');
+    if (IsQuarantineName(slash == std::string::npos ? f.path : f.path.substr(slash + 1))) hidden.push_back(f.path);
+  }
+  if (hidden.empty()) return d;
+  int n = RestoreQuarantined(fd, hidden);
+  *restored += n;
+  return n ? MeasureShmDir(fd, depth) : d;
+}
+
+}  // namespace
+
+ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
+                               int64_t* restored) const {
+  // Open every pod's tmpfs: its device is what holders are looked for on.
+  std::vector<UniqueFd> fds(pods->size());
+  std::set<dev_t> devices;
+  for (size_t i = 0; i < pods->size(); ++i) {
+    PodRecord& p = (*pods)[i];
+    Result<UniqueFd> fd = OpenPodShm(p, opts_.proc);
+    struct stat st;
+    if (!fd.ok() || ::fstat(fd->get(), &st) != 0) continue;
+    fds[i] = std::move(*fd);
+    p.shm_dev = st.st_dev;
+    p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
+    devices.insert(p.shm_dev);
+  }
+  // Walk the tmpfs directories while /proc is scanned: independent work.
+  dirs->assign(pods->size(), ShmDir());
+  std::thread walker([&] {
+    for (size_t i = 0; i < pods->size(); ++i) {
+      if (!fds[i].valid()) continue;
+      bool host = (*pods)[i].shares_host_shm;
+      Result<ShmDir> d = host ? MeasureShmDir(fds[i].get(), 0) : MeasureRestoring(fds[i].get(), 8, restored);
+      if (!d.ok()) continue;
+      (*dirs)[i] = std::move(*d);
+      if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
+    }
+  });
+  ProcTable table = ScanProcesses(devices, opts_.proc);
+  walker.join();
+  return table;
+}
+
+void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access,
+                        const Clock& clock, NodeSnapshot* snap) {
+  for (const ShmFile& f : d.files) {
+    live_keys_.insert(f.key);
+    History& h = history_[f.key];
+    h.last_seen = clock.now;
+    auto held = table.holders.find(f.key);
+    if (held != table.holders.end()) {
+      if (h.last_holder_pid != held->second.front().pid) {  // read the command only on change
+        h.last_holder_pid = held->second.front().pid;
+        h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
+      }
+      h.unheld = false;
+      continue;
+    }
+    if (!h.unheld) {
+      h.unheld = true;
+      h.first_unheld = clock.now;
+    }
+    LeakRecord l;
+    l.path = DisplayPath(*p, f.path);
+    l.rel = f.path;
+    l.bytes = f.bytes;
+    l.age_sec = std::max<int64_t>(0, clock.now_sec - f.mtime_sec);
+    NameHint hint = CreatorHintFromName(f.path);
+    l.name_pattern = hint.pattern;
+    l.creator_pid = hint.pid;
+    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
+    if (rec) {  // exact: the kernel named the creator when it made the file
+      l.creator_pid = rec->ns_pid;
+      l.creator_source = "record";
+      l.creator_command = rec->command;
+      l.creator_dead = !rec->Alive(opts_.proc);
+    } else if (hint.pid) {
+      l.creator_source = "name:" + hint.pattern;
+      l.creator_dead = access && table.HostPid(access->pid_ns, hint.pid) == 0;
+    }
+    l.last_holder_pid = h.last_holder_pid;
+    l.last_holder_command = h.last_holder_command;
+    l.key = f.key;
+    FinishLeak(std::move(l), p, clock.now, h.first_unheld, opts_.grace, snap);
+  }
+}
+
+void Scanner::SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
+                        std::set<ino_t>* ipc_seen, NodeSnapshot* snap) {
+  ino_t ipc_ns = table.IpcNs(access.pid);
+  if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) return;  // the host's IPC namespace is not the pod's
+  Result<std::vector<SysvSegment>> sysv = ListSysvShm(p->access_pid, opts_.proc);
+  if (!sysv.ok()) return;
+  bool first = ipc_seen->insert(ipc_ns).second;  // pods sharing a namespace report its leaks once
+  for (const SysvSegment& s : *sysv) {
+    p->sysv_bytes += s.bytes;
+    p->sysv_segments++;
+    if (!first || s.nattch != 0) continue;
+    auto key = std::make_pair(ipc_ns, s.shmid);
+    live_sysv_.insert(key);
+    auto it = sysv_unheld_.try_emplace(key, clock.now).first;
+    const ProcInfo* creator = table.Find(s.cpid);
+    LeakRecord l;
+    l.sysv_id = s.shmid;
+    l.bytes = s.bytes;
+    l.age_sec = std::max<int64_t>(0, clock.now_sec - s.ctime);
+    l.creator_pid = s.cpid;
+    l.creator_source = "sysv:cpid";
+    l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
+    l.last_holder_pid = s.lpid;
+    l.sysv_cpid = s.cpid;
+    FinishLeak(std::move(l), p, clock.now, it->second, opts_.grace, snap);
+  }
+}
+
+NodeSnapshot Scanner::Scan() {
+  auto t0 = SteadyClock::now();
+  NodeSnapshot snap;
+  snap.time = std::chrono::system_clock::now();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  snap.hostname = host;
+  snap.pods = DiscoverPods();
+  dev_t host_dev = 0;
+  MeasureHost(&snap, &host_dev);
+  std::vector<ShmDir> dirs;
+  ProcTable table = MeasurePods(&snap.pods, host_dev, &dirs, &snap.restored_from_quarantine);
+  Clock clock{SteadyClock::now(),
+              std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
+  live_keys_.clear();
+  live_sysv_.clear();
+  std::set<dev_t> counted, judged;
+  std::set<ino_t> ipc_seen;
+  for (size_t i : OwnersFirst(snap.pods)) {
+    PodRecord& p = snap.pods[i];
+    const ShmDir& d = dirs[i];
+    p.size_bytes = d.size_bytes;
+    p.used_bytes = d.used_bytes;
+    p.files = static_cast<int32_t>(d.files.size());
+    p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
+    if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
+    // A watched host directory lives in the agent's own namespaces.
+    const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
+    size_t first_leak = snap.leaks.size();
+    p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
+    if (!p.shm_counted_elsewhere) FileLeaks(&p, d, table, access, clock, &snap);
+    std::map<FileKey, LeakState> verdicts;
+    for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
+    p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, verdicts, opts_.proc);
+    if (!access || !p.host_dir.empty()) continue;
+    p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
+    SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
+  }
+  std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
+  if (opts_.creators) opts_.creators->Retain(live_keys_);
+  std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
+  snap.scans = ++scans_;
+  snap.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
+  return snap;
+}
+
+const char* PodKindName(PodKind kind) {
+  switch (kind) {
+    case PodKind::kKubernetes:
+      return "kubernetes";
+    case PodKind::kCompose:
+      return "compose";
+    case PodKind::kContainer:
+      return "container";
+    case PodKind::kHost:
+      return "host";
+    case PodKind::kPodman:
+      return "podman";
+  }
+  return "?";
+}
+
+const char* LeakStateName(LeakState state) {
+  switch (state) {
+    case LeakState::kHeld:
+      return "held";
+    case LeakState::kUnheld:
+      return "unheld";
+    case LeakState::kLeaked:
+      return "leaked";
+  }
+  return "?";
+}
+
+}  // namespace shmkeeper

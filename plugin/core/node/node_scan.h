@@ -1,0 +1,190 @@
+// One scan of the node's shared memory: pods (from discovered containers and
+// watched host directories), their /dev/shm usage, holders, SysV segments,
+// memory-cgroup shmem, and the segments nobody holds.
+//
+// Thread-safety: a Scanner is used by one thread (the agent's scan loop); the
+// NodeSnapshot it returns is an immutable value shared with readers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "node/creator_book.h"
+#include "node/discovery.h"
+#include "scan/proc_table.h"
+#include "scan/shm_dir.h"
+
+namespace shmkeeper {
+
+enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4, kPodman = 5 };
+// The verdict on one segment, the same word in every view (pods, leaks,
+// watch, metrics, the API):
+//  held    some process has it open or mapped;
+//  unheld  nobody holds it, and nothing shows it was meant to be transient and
+//          abandoned (creator unknown or alive, or leaks.grace not over): a
+//          closed scratch file is unheld; never reclaimed;
+//  leaked  nobody holds it, for leaks.grace or longer, and there is positive
+//          evidence: a verified creator record, or a runtime's naming pattern
+//          with a pid (torch_<pid>_…, sgl_shm_<kind>_<pid>_…), and that
+//          creator is dead. Only leaked segments are reclaimed.
+enum class LeakState { kUnheld = 1, kLeaked = 2, kHeld = 3 };
+
+struct PodKey {
+  PodKind kind = PodKind::kContainer;
+  std::string ns, name, uid;
+};
+
+struct HolderInfo {
+  pid_t pid = 0;
+  std::string command;
+  bool mapped = false;
+};
+
+struct SegmentRecord {
+  std::string path;  // as the pod sees it: /dev/shm/<name>
+  int64_t bytes = 0;
+  bool unlinked = false;
+  LeakState state = LeakState::kHeld;
+  std::vector<HolderInfo> holders;
+};
+
+struct PodRecord {
+  PodKey key;
+  std::vector<ContainerRecord> containers;
+  std::string compose_project, compose_service;
+  std::map<std::string, std::string> labels, annotations;
+  int64_t started_sec = 0;
+  // shm usage
+  int64_t size_bytes = 0, used_bytes = 0, unlinked_bytes = 0;
+  int64_t peak_used_bytes = 0;  // the most used_bytes the agent has seen (set by the Agent)
+  int32_t files = 0;
+  int64_t sysv_bytes = 0;
+  int32_t sysv_segments = 0;
+  int64_t memcg_shmem_bytes = 0;
+  int64_t requested_bytes = 0;
+  std::string requested_source;
+  int64_t memory_limit_bytes = 0;  // the memory limit "auto" sized it from (0 = none)
+  std::string memory_limit_source;
+  std::string sized_by;  // runtime, hook or reconcile; "" when shmkeeper did not size it
+  std::vector<SegmentRecord> top_segments;
+  int64_t leaked_bytes = 0;  // segments whose verdict is leaked
+  int64_t unheld_bytes = 0;  // segments nobody holds (unheld and leaked)
+  // The tmpfs is another pod's (a shared IPC namespace): its segments are
+  // counted and listed under that pod only.
+  bool shm_counted_elsewhere = false;
+  // how to reach it
+  pid_t access_pid = 0;         // a live process of the pod (0 for host directories)
+  std::string host_dir;         // kHost: the watched directory
+  std::string shm_host_source;  // the host tmpfs bound at the pod's /dev/shm, when the spec says so
+  dev_t shm_dev = 0;
+  bool shares_host_shm = false;
+  bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
+};
+
+struct LeakRecord {
+  PodKey pod;
+  std::string path;  // /dev/shm/<rel>, or the host directory path; empty for SysV
+  std::string rel;   // relative to the pod's shm root
+  int32_t sysv_id = -1;
+  int64_t bytes = 0;
+  int64_t age_sec = 0;
+  double unheld_for_sec = 0;
+  LeakState state = LeakState::kUnheld;
+  pid_t creator_pid = 0;  // in the pod's pid namespace
+  std::string creator_source, name_pattern;
+  std::string creator_command;  // from a creator record
+  bool creator_dead = false;
+  pid_t last_holder_pid = 0;
+  std::string last_holder_command;
+  bool reclaimable = false;
+  // removal handles
+  FileKey key;
+  pid_t access_pid = 0;
+  std::string host_dir;
+  // The host tmpfs behind the pod's /dev/shm: removal goes through it when the
+  // access process sees /dev/shm read-only (a CRI sandbox's pause container).
+  std::string shm_host_source;
+  pid_t sysv_cpid = 0;
+  bool reclaim_auto = false;
+};
+
+struct NodeSnapshot {
+  std::string hostname;
+  int64_t host_shm_size_bytes = 0, host_shm_used_bytes = 0;
+  int64_t pods_shm_used_bytes = 0, leaked_bytes = 0, unheld_bytes = 0;
+  int64_t restored_from_quarantine = 0;  // files renamed back after an interrupted reclaim
+  std::vector<PodRecord> pods;
+  std::vector<LeakRecord> leaks;
+  std::chrono::system_clock::time_point time;
+  std::chrono::nanoseconds duration{0};
+  int64_t scans = 0;
+};
+
+struct ScanOptions {
+  std::vector<std::string> runtime_roots = DefaultRuntimeRoots();
+  std::string docker_socket = "/var/run/docker.sock";  // "" = no Docker enrichment
+  std::vector<std::string> host_shm_dirs;              // watched as kHost pods
+  std::chrono::seconds grace{60};
+  std::string proc = "/proc";
+  size_t top_segments = 10;
+  // Creator records from the sharing runtime (shared with the agent's event
+  // receiver); null = names are the only creator evidence.
+  std::shared_ptr<CreatorBook> creators;
+};
+
+// Creator hint from a segment name: torch_<pid>_…, sgl_shm_<kind>_<pid>_…
+// give a pid; psm_…, nccl-… give only the pattern.
+struct NameHint {
+  std::string pattern;
+  pid_t pid = 0;
+};
+NameHint CreatorHintFromName(const std::string& name);
+
+class Scanner {
+ public:
+  explicit Scanner(ScanOptions options) : opts_(std::move(options)) {}
+  // A full scan. Keeps, between calls, when each unheld segment was first
+  // seen unheld and who last held each segment.
+  NodeSnapshot Scan();
+
+ private:
+  struct History {
+    pid_t last_holder_pid = 0;
+    std::string last_holder_command;
+    std::chrono::steady_clock::time_point first_unheld{};
+    bool unheld = false;
+    std::chrono::steady_clock::time_point last_seen{};
+  };
+  struct Clock {
+    std::chrono::steady_clock::time_point now;
+    int64_t now_sec = 0;  // wall clock, for ages
+  };
+  // The stages of Scan, in order.
+  std::vector<PodRecord> DiscoverPods() const;
+  void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
+  ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
+                        int64_t* restored) const;
+  void FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access, const Clock& clock,
+                 NodeSnapshot* snap);
+  void SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
+                 std::set<ino_t>* ipc_seen, NodeSnapshot* snap);
+
+  ScanOptions opts_;
+  std::map<FileKey, History> history_;
+  std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
+  std::set<FileKey> live_keys_;                    // seen in the current scan
+  std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
+  int64_t scans_ = 0;
+};
+
+const char* PodKindName(PodKind kind);
+const char* LeakStateName(LeakState state);
+
+}  // namespace shmkeeper

@@ -1,0 +1,252 @@
+#include "node/reclaim.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "base/fileutil.h"
+#include "base/safe_path.h"
+#include "scan/sysv.h"
+
+namespace shmkeeper {
+namespace {
+
+// Files claimed (leased and quarantined) at once: each holds an fd, and each
+// batch costs one settle and one walk of /proc.
+constexpr size_t kMaxBatch = 1024;
+
+// How many claims fit in the descriptor limit (raised to the hard limit when
+// it can be), leaving room for everything else the agent has open.
+size_t BatchSize() {
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 64;
+  rlim_t want = kMaxBatch * 2;
+  if (lim.rlim_cur < want && lim.rlim_max > lim.rlim_cur) {
+    lim.rlim_cur = std::min(want, lim.rlim_max);
+    (void)::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  rlim_t room = lim.rlim_cur > 256 ? (lim.rlim_cur - 256) / 2 : 16;
+  return static_cast<size_t>(std::clamp<rlim_t>(room, 16, kMaxBatch));
+}
+// Between the quarantine renames and the final checks: an open(2) that looked
+// the old name up just before the rename reaches the inode (and so the lease)
+// within this time unless it is descheduled for longer (README).
+constexpr auto kSettle = std::chrono::milliseconds(20);
+
+// The pod's shm root through which files can be removed: the access
+// process's /dev/shm, or, when that mount is read-only, the host tmpfs the
+// spec binds there (accepted only if it is the very filesystem of the leak).
+Result<UniqueFd> OpenShmRoot(const LeakRecord& l, const std::string& proc) {
+  SHMK_ASSIGN_OR_RETURN(UniqueFd root, OpenProcessDir(l.access_pid, "/dev/shm", proc));
+  struct statvfs vfs;
+  if (l.shm_host_source.empty() || ::fstatvfs(root.get(), &vfs) != 0 || !(vfs.f_flag & ST_RDONLY)) return root;
+  UniqueFd host(::open(l.shm_host_source.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!host.valid() || ::fstat(host.get(), &st) != 0 || st.st_dev != l.key.dev) return root;
+  return host;
+}
+
+// Opens the directory that contains `l.rel` inside the pod's shm root,
+// refusing symlinks on the way.
+Result<UniqueFd> OpenParent(const LeakRecord& l, const std::string& proc, std::string* base) {
+  size_t slash = l.rel.rfind('/');
+  *base = slash == std::string::npos ? l.rel : l.rel.substr(slash + 1);
+  std::string sub = slash == std::string::npos ? "" : l.rel.substr(0, slash);
+  UniqueFd root;
+  if (!l.host_dir.empty()) {
+    root.reset(::open(l.host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!root.valid()) return Status::FromErrno(errno, "open " + l.host_dir);
+  } else {
+    SHMK_ASSIGN_OR_RETURN(root, OpenShmRoot(l, proc));
+  }
+  if (sub.empty()) return root;
+  return OpenNoSymlinks(root.get(), sub, O_RDONLY | O_DIRECTORY);
+}
+
+// Leases notify their holder with SIGIO when an open breaks them; the agent
+// polls F_GETLEASE instead, so the signal (default action: terminate) must be
+// ignored. Only SIG_DFL is replaced: a handler someone installed stays.
+void IgnoreLeaseSignal() {
+  struct sigaction old {};
+  if (::sigaction(SIGIO, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGIO, &ign, nullptr);
+  }
+}
+
+// One candidate in the protocol.
+struct Claim {
+  LeakRecord leak;
+  UniqueFd dir, file;
+  std::string base, quarantine;
+  bool renamed = false;
+};
+
+struct Skip {
+  const char* reason;
+  std::string message;
+};
+
+// Whether `name` in `dir` is still the inode of the claim.
+bool SameInode(int dir, const std::string& name, const FileKey& key) {
+  struct stat st;
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_dev == key.dev &&
+         st.st_ino == key.ino;
+}
+
+// Step 1: open, check and lease. On success the caller owns a lease that no
+// other open file description can coexist with.
+std::optional<Skip> Lease(Claim* c, const std::string& proc) {
+  Result<UniqueFd> dir = OpenParent(c->leak, proc, &c->base);
+  if (!dir.ok()) return Skip{"error", dir.status().message()};
+  c->dir = std::move(*dir);
+  c->file.reset(::openat(c->dir.get(), c->base.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!c->file.valid()) {
+    // EWOULDBLOCK: someone else holds a lease on it, i.e. is using it.
+    return Skip{errno == EWOULDBLOCK ? "held" : "changed", Status::FromErrno(errno, "open " + c->leak.path).message()};
+  }
+  struct stat st;
+  if (::fstat(c->file.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != c->leak.key.dev ||
+      st.st_ino != c->leak.key.ino) {
+    return Skip{"changed", "replaced since the scan"};
+  }
+  if (st.st_nlink != 1) return Skip{"linked", "has " + std::to_string(st.st_nlink) + " names"};
+  if (::fcntl(c->file.get(), F_SETLEASE, F_WRLCK) != 0) {
+    if (errno == EAGAIN) return Skip{"held", "open or mapped by a process (the kernel refused a lease)"};
+    return Skip{"error", Status::FromErrno(errno, "lease " + c->leak.path).message() +
+                             (errno == EINVAL ? " (reclaim needs file leases: fs.leases-enable=1)" : "")};
+  }
+  return std::nullopt;
+}
+
+// Step 2: hide the name, so that no open by name can start any more.
+std::optional<Skip> Quarantine(Claim* c) {
+  c->quarantine = QuarantineName(c->base, c->leak.key.ino);
+  if (NeedsNameXattr(c->quarantine) &&
+      ::fsetxattr(c->file.get(), kQuarantineXattr, c->base.data(), c->base.size(), 0) != 0) {
+    return Skip{"error", Status::FromErrno(errno, "keep the long name of " + c->leak.path).message()};
+  }
+  Status s = RenameNoReplace(c->dir.get(), c->base, c->quarantine);
+  if (!s.ok()) return Skip{"error", s.message()};
+  c->renamed = true;
+  if (!SameInode(c->dir.get(), c->quarantine, c->leak.key)) return Skip{"changed", "replaced during the rename"};
+  return std::nullopt;
+}
+
+// Step 4's checks, right before the unlink.
+std::optional<Skip> FinalCheck(const Claim& c, const std::map<FileKey, std::vector<HolderRef>>& holders) {
+  if (auto it = holders.find(c.leak.key); it != holders.end() && !it->second.empty()) {
+    return Skip{"held", "held by pid " + std::to_string(it->second.front().pid)};
+  }
+  // A breaking lease reads as the type it is being broken to.
+  if (::fcntl(c.file.get(), F_GETLEASE) != F_WRLCK) return Skip{"opened", "opened during the check"};
+  // Taking the lease again re-checks that no other open file description exists.
+  if (::fcntl(c.file.get(), F_SETLEASE, F_WRLCK) != 0) return Skip{"opened", "opened during the check"};
+  const std::string& name = c.renamed ? c.quarantine : c.base;  // a dry run renames nothing
+  if (!SameInode(c.dir.get(), name, c.leak.key)) return Skip{"changed", "replaced during the check"};
+  return std::nullopt;
+}
+
+// Puts a kept file back under its name (or leaves it in quarantine for the
+// next scan to restore when the name is taken meanwhile).
+void Restore(Claim* c) {
+  if (!c->renamed) return;
+  if (SameInode(c->dir.get(), c->quarantine, c->leak.key) &&
+      RenameBack(c->dir.get(), c->quarantine, c->base, c->leak.key.ino).ok() && NeedsNameXattr(c->quarantine)) {
+    (void)::fremovexattr(c->file.get(), kQuarantineXattr);
+  }
+  c->renamed = false;
+}
+
+void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
+  Restore(c);
+  out->skipped.push_back({c->leak, why.reason, why.message});
+}
+
+void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, ReclaimOutcome* out) {
+  std::vector<Claim*> live;
+  for (Claim& c : batch) {
+    std::optional<Skip> skip = Lease(&c, proc);
+    if (!skip && !dry_run) skip = Quarantine(&c);
+    if (skip) {
+      Keep(&c, *skip, out);
+    } else {
+      live.push_back(&c);
+    }
+  }
+  if (live.empty()) return;
+  if (!dry_run) std::this_thread::sleep_for(kSettle);
+  std::set<FileKey> keys;
+  std::set<int> own;  // the claims' own fds are no holders
+  for (Claim* c : live) {
+    keys.insert(c->leak.key);
+    own.insert(c->file.get());
+  }
+  std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc, own);
+  for (Claim* c : live) {
+    std::optional<Skip> skip = FinalCheck(*c, holders);
+    if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
+      skip = Skip{"error", Status::FromErrno(errno, "unlink " + c->leak.path).message()};
+    }
+    if (skip) {
+      Keep(c, *skip, out);
+      continue;
+    }
+    c->renamed = false;
+    if (!dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK) ++out->raced;
+    out->freed_bytes += c->leak.bytes;
+    out->reclaimed.push_back(c->leak);
+  }
+}
+
+Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
+  return dry_run ? Status::Ok() : RemoveSysvShm(l.access_pid, l.sysv_id, l.sysv_cpid, proc);
+}
+
+}  // namespace
+
+ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc) {
+  IgnoreLeaseSignal();
+  ReclaimOutcome out;
+  const size_t batch_size = BatchSize();
+  std::vector<Claim> batch;
+  auto flush = [&] {
+    ReclaimBatch(batch, dry_run, proc, &out);
+    batch.clear();  // closes the fds: the leases go with them
+  };
+  for (const LeakRecord& l : candidates) {
+    if (!l.reclaimable) {
+      out.skipped.push_back({l, "verdict",
+                             l.state == LeakState::kLeaked ? "unheld for less than leaks.grace"
+                                                           : "unheld, but nothing shows it was leaked"});
+      continue;
+    }
+    if (l.sysv_id >= 0) {
+      Status s = ReclaimSysv(l, dry_run, proc);
+      if (!s.ok()) {
+        out.skipped.push_back({l, s.code() == Code::kFailedPrecondition ? "held" : "error", s.message()});
+        continue;
+      }
+      out.freed_bytes += l.bytes;
+      out.reclaimed.push_back(l);
+      continue;
+    }
+    batch.push_back(Claim{l, {}, {}, {}, {}, false});
+    if (batch.size() == batch_size) flush();
+  }
+  if (!batch.empty()) flush();
+  return out;
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,58 @@
+// Safe reclaim of leaked shared memory: a protocol that cannot remove a file
+// that any process holds, by construction (README, "Why reclaim is safe").
+//
+// For each candidate (a `leaked` verdict of the latest scan), in batches:
+//  1. Claim: open the file by name without following symlinks, check it is
+//     the very inode the scan saw with one link, and take a write lease on it
+//     (fcntl F_SETLEASE F_WRLCK). The kernel grants that lease only when no
+//     other open file description of the inode exists anywhere: an fd in any
+//     thread's table (private fd tables, zombie leaders' workers, fork chains),
+//     a mapping whose fd was closed, an fd in flight in a unix socket
+//     (SCM_RIGHTS) or registered with io_uring all keep one alive. While the
+//     lease is held, every open(2) of the inode blocks (or fails with
+//     EWOULDBLOCK) and marks the lease as breaking.
+//  2. Quarantine: rename the file to ".shmkeeper-reclaim.<name>" in its own
+//     directory (RENAME_NOREPLACE): no open by the old name can start after it.
+//  3. Settle, then a fresh pass over every task in /proc (also O_PATH fds,
+//     which take no lease).
+//  4. Remove only if the lease is still unbroken, can be taken again (no
+//     open file description appeared), the quarantine name still is that
+//     inode, and the pass found no holder; otherwise rename it back.
+// A crash in between leaves quarantine names, which every scan renames back
+// (Scanner). Names are resolved below the pod's shm root without following
+// symlinks; a container cannot make the agent touch another pod's files.
+//
+// Thread-safety: ReclaimLeaks must not run concurrently with a Scanner::Scan
+// over the same directories (the scan restores quarantine names); the Agent
+// serialises both under its scan lock.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "node/node_scan.h"
+#include "node/quarantine.h"
+
+namespace shmkeeper {
+
+struct SkippedLeak {
+  LeakRecord leak;
+  // held, changed, linked, opened, verdict, error: a metric label.
+  std::string reason;
+  std::string message;  // one line for people
+};
+
+struct ReclaimOutcome {
+  std::vector<LeakRecord> reclaimed;  // removed, or with dry_run: would be
+  std::vector<SkippedLeak> skipped;
+  int64_t freed_bytes = 0;
+  // Removed, but an open(2) that had looked the name up before the
+  // quarantine rename reached the inode after the last check (see README).
+  int64_t raced = 0;
+};
+
+// Reclaims `candidates` (from the latest snapshot). With dry_run nothing is
+// renamed or removed, but the claim (lease) and holder checks run.
+ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc = "/proc");
+
+}  // namespace shmkeeper

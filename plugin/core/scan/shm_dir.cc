@@ -1,0 +1,61 @@
+#include "scan/shm_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "base/fileutil.h"
+
+namespace shmkeeper {
+namespace {
+
+void Walk(int dir_fd, const std::string& prefix, int depth, ShmDir* out) {
+  int fd = ::dup(dir_fd);
+  if (fd < 0) return;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::fdopendir(fd), ::closedir);
+  if (!dir) {
+    ::close(fd);
+    return;
+  }
+  while (struct dirent* e = ::readdir(dir.get())) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (st.st_dev != out->dev) continue;  // a mount on top: not this tmpfs
+    if (S_ISDIR(st.st_mode) && depth > 0) {
+      UniqueFd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.valid()) Walk(sub.get(), prefix + name + "/", depth - 1, out);
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    ShmFile f{prefix + name, FileKey{st.st_dev, st.st_ino}, static_cast<int64_t>(st.st_blocks) * 512,
+              st.st_mtim.tv_sec};
+    out->linked_bytes += f.bytes;
+    out->files.push_back(std::move(f));
+  }
+}
+
+}  // namespace
+
+Result<ShmDir> MeasureShmDir(int dir_fd, int max_depth) {
+  ShmDir d;
+  struct statfs fs;
+  if (::fstatfs(dir_fd, &fs) != 0) return Status::FromErrno(errno, "statfs shm dir");
+  struct stat st;
+  if (::fstat(dir_fd, &st) != 0) return Status::FromErrno(errno, "stat shm dir");
+  d.dev = st.st_dev;
+  d.is_tmpfs = fs.f_type == TMPFS_MAGIC;
+  d.size_bytes = static_cast<int64_t>(fs.f_blocks) * fs.f_bsize;
+  d.used_bytes = static_cast<int64_t>(fs.f_blocks - fs.f_bfree) * fs.f_bsize;
+  Walk(dir_fd, "", max_depth, &d);
+  return d;
+}
+
+}  // namespace shmkeeper

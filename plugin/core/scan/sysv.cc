@@ -1,0 +1,85 @@
+#include "scan/sysv.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/shm.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <sstream>
+#include <thread>
+
+#include "base/fileutil.h"
+
+namespace shmkeeper {
+namespace {
+
+// Runs `fn` on a new thread that has joined the IPC namespace of `pid`.
+template <typename Fn>
+Status InIpcNamespace(pid_t pid, const std::string& proc, Fn fn) {
+  std::string ns = proc + "/" + std::to_string(pid) + "/ns/ipc";
+  UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(errno, "open " + ns);
+  Status result;
+  std::thread t([&] {
+    if (::setns(fd.get(), CLONE_NEWIPC) != 0) {
+      result = Status::FromErrno(errno, "setns " + ns);
+      return;
+    }
+    result = fn();
+  });
+  t.join();
+  return result;
+}
+
+}  // namespace
+
+std::vector<SysvSegment> ParseSysvShm(const std::string& text) {
+  std::vector<SysvSegment> out;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    SysvSegment s;
+    long long perms, uid, gid, cuid, cgid, atime, dtime;
+    if (f >> s.key >> s.shmid >> perms >> s.bytes >> s.cpid >> s.lpid >> s.nattch >> uid >> gid >> cuid >> cgid >>
+        atime >> dtime >> s.ctime) {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+Result<std::vector<SysvSegment>> ListSysvShm(pid_t pid, const std::string& proc) {
+  std::vector<SysvSegment> segs;
+  Status s = InIpcNamespace(pid, proc, [&]() -> Status {
+    Result<std::string> text = ReadFile("/proc/sysvipc/shm", 64 << 20);
+    if (!text.ok()) return text.status();
+    segs = ParseSysvShm(*text);
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return segs;
+}
+
+Status RemoveSysvShm(pid_t pid, int32_t shmid, pid_t expect_cpid, const std::string& proc) {
+  return InIpcNamespace(pid, proc, [&]() -> Status {
+    struct shmid_ds ds;
+    if (::shmctl(shmid, IPC_STAT, &ds) != 0) return Status::FromErrno(errno, "shmctl IPC_STAT");
+    if (ds.shm_nattch != 0) return Status::Precondition("segment is attached again");
+    Result<std::vector<SysvSegment>> now = []() -> Result<std::vector<SysvSegment>> {
+      Result<std::string> text = ReadFile("/proc/sysvipc/shm", 64 << 20);
+      if (!text.ok()) return text.status();
+      return ParseSysvShm(*text);
+    }();
+    if (!now.ok()) return now.status();
+    for (const SysvSegment& seg : *now) {
+      if (seg.shmid == shmid && seg.cpid != expect_cpid) return Status::Precondition("segment id was reused");
+    }
+    if (::shmctl(shmid, IPC_RMID, nullptr) != 0) return Status::FromErrno(errno, "shmctl IPC_RMID");
+    return Status::Ok();
+  });
+}
+
+}  // namespace shmkeeper
