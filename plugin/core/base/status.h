@@ -7,7 +7,6 @@
 // Thread-safety: values; safe to copy and pass between threads.
 #pragma once
 
-#include <cassert>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,7 +23,9 @@ enum class Code {
   kInternal,            // a bug or an unexpected state
 };
 
-class Status {
+// [[nodiscard]]: a Status is handled or explicitly discarded with a reason
+// (`(void)` with a comment saying why the caller may ignore it).
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
 
@@ -53,14 +54,14 @@ class Status {
   std::string message_;
 };
 
-// Result<T> holds either a T or a non-OK Status.
+// Result<T> holds either a T or a non-OK Status. Constructed from an OK
+// Status (a bug in the caller), it holds a kInternal error instead, in every
+// build type: an OK status can never pass for a value or for an error.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
-    assert(!std::get<Status>(v_).ok());
-  }
+  Result(T value) : v_(std::move(value)) {}                          // NOLINT: implicit by design
+  Result(Status status) : v_(ErrorOrInternal(std::move(status))) {}  // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
@@ -77,6 +78,9 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &value(); }
 
  private:
+  static Status ErrorOrInternal(Status status) {
+    return status.ok() ? Status::Internal("internal error: an OK status was returned as an error") : status;
+  }
   std::variant<T, Status> v_;
 };
 
