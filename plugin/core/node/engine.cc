@@ -90,15 +90,23 @@ bool PodMatches(const PodKey& k, const std::string& ns, const std::string& pod) 
 namespace {
 ScanOptions WithCreators(ScanOptions scan) {
   if (!scan.creators) scan.creators = std::make_shared<CreatorBook>();
+  if (!scan.reporter) scan.reporter = std::make_shared<Reporter>();
   return scan;
 }
 }  // namespace
 
-Agent::Agent(const Config& config, ScanOptions scan)
+Agent::Agent(const Config& config, ScanOptions scan, Os* os)
     : config_(config),
-      scanner_(scan = WithCreators(std::move(scan))),  // one CreatorBook, shared with the receiver
+      os_(os),
+      reporter_((scan = WithCreators(std::move(scan))).reporter),
+      scanner_(scan),  // one CreatorBook, shared with the receiver; one Reporter for all
       runtime_roots_(scan.runtime_roots),
       creators_(scan.creators) {}
+
+void Agent::SetLog(AgentLog log) {
+  reporter_->SetLog(log);
+  log_ = std::move(log);
+}
 
 Agent::~Agent() { Stop(); }
 
@@ -106,12 +114,18 @@ Status Agent::Start() {
   Status events = Status::Ok();
   if (!config_.agent.event_socket.empty()) {
     receiver_ = std::make_unique<EventReceiver>(
-        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); });
+        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); },
+        reporter_.get());
     events = receiver_->Start().WithContext("event socket");
     if (!events.ok()) receiver_.reset();
   }
-  watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); });
-  if (!watcher_->Start().ok()) watcher_.reset();
+  watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); }, reporter_.get());
+  if (Status watching = watcher_->Start(); !watching.ok()) {
+    reporter_->Report(kWatcherErrors, "inotify watcher not started, event-driven scans are off (scans run every " +
+                                          std::to_string(config_.agent.scan_interval.count()) +
+                                          "ms): " + watching.message());
+    watcher_.reset();
+  }
   ScanNow();
   loop_ = std::thread([this] { Loop(); });
   return events;
@@ -223,7 +237,7 @@ std::vector<CriSandbox> Agent::Reconcile() {
     failed.status = sandboxes.status().WithContext("list pod sandboxes");
     results.push_back(std::move(failed));
   } else if (reconciler_.resize) {
-    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *Os::Default());
+    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *os_);
   }
   for (const ReconcileResult& r : results) {
     bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/os.h"
 #include "base/status.h"
 #include "decide/config.h"
 #include "node/event_hub.h"
@@ -24,6 +25,7 @@
 #include "node/node_scan.h"
 #include "node/reclaim.h"
 #include "node/reconcile.h"
+#include "node/reporter.h"
 #include "node/selectors.h"
 
 namespace shmkeeper {
@@ -61,11 +63,15 @@ struct AgentCounters {
 
 class Agent {
  public:
-  Agent(const Config& config, ScanOptions scan);
+  // `scan.reporter` (a fresh one when null) receives the errors the engine,
+  // its scans, its event socket and its watcher survive; `os` (never null,
+  // outlives the agent) is what reconcile sizes /dev/shm through.
+  Agent(const Config& config, ScanOptions scan, Os* os = Os::Default());
   ~Agent();
 
-  // REQUIRES: called before Start(). The default drops messages.
-  void SetLog(AgentLog log) { log_ = std::move(log); }
+  // Where log lines go, the reporter's included. REQUIRES: called before
+  // Start(). The default drops messages.
+  void SetLog(AgentLog log);
 
   // REQUIRES: called before Start().
   void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
@@ -100,6 +106,8 @@ class Agent {
   int64_t reclaimed_total() const { return reclaimed_total_; }
   int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
   AgentCounters counters() const;
+  // Counters of the errors survived (names in reporter.h), for /metrics.
+  const Reporter& reporter() const { return *reporter_; }
 
  private:
   void Loop();
@@ -115,6 +123,8 @@ class Agent {
   void RecordReclaim(const ReclaimOutcome& out);
 
   Config config_;
+  Os* os_;
+  std::shared_ptr<Reporter> reporter_;
   std::mutex scan_mu_;  // one scan at a time
   Scanner scanner_;
   std::vector<std::string> runtime_roots_;

@@ -45,6 +45,20 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
     o << "shmkeeper_event_datagrams_rejected_total{reason=\"" << ClaimRejectionName(r) << "\"} "
       << c.datagrams_rejected[ClaimRejectionName(r)] << "\n";
   }
+  const Reporter& rep = agent.reporter();
+  help("shmkeeper_event_datagrams_dropped_total", "counter",
+       "Event datagrams dropped before they could be read (no sender credentials, a receive error), by reason.");
+  o << "shmkeeper_event_datagrams_dropped_total{reason=\"no_credentials\"} " << rep.Count(kDatagramsNoCredentials)
+    << "\n";
+  o << "shmkeeper_event_datagrams_dropped_total{reason=\"receive_error\"} " << rep.Count(kDatagramsReceiveErrors)
+    << "\n";
+  help("shmkeeper_enrichment_errors_total", "counter",
+       "Scans whose container names and labels could not be read from a runtime API, by source.");
+  o << "shmkeeper_enrichment_errors_total{source=\"docker\"} " << rep.Count(kDockerEnrichmentErrors) << "\n";
+  help("shmkeeper_watcher_errors_total", "counter",
+       "inotify failures (the watcher not started, a directory that cannot be watched): changes wait for the "
+       "periodic scan.");
+  o << "shmkeeper_watcher_errors_total " << rep.Count(kWatcherErrors) << "\n";
   help("shmkeeper_reclaim_kept_total", "counter",
        "Reclaim candidates kept because the protocol found a holder, a change or an error, by reason.");
   for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
