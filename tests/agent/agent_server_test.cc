@@ -376,6 +376,23 @@ struct Lines {
   }
 };
 
+// Every report is counted; at most kLinesPerWindow a minute are logged per
+// counter, each counter on its own.
+TEST(ReporterTest, CountsAllAndLogsAtMostTenLinesAMinutePerCounter) {
+  Reporter reporter;
+  Lines log;
+  reporter.SetLog(log.Sink());
+  for (int i = 0; i < 25; ++i) reporter.Report(kWatcherErrors, "w" + std::to_string(i));
+  reporter.Report(kDockerEnrichmentErrors, "d");
+  EXPECT_EQ(reporter.Count(kWatcherErrors), 25);
+  EXPECT_EQ(reporter.Count(kDockerEnrichmentErrors), 1);
+  EXPECT_EQ(reporter.Count(kDatagramsNoCredentials), 0);
+  EXPECT_EQ(log.lines.size(), static_cast<size_t>(Reporter::kLinesPerWindow + 1));
+  EXPECT_TRUE(log.Has("w9"));
+  EXPECT_FALSE(log.Has("w10"));
+  EXPECT_TRUE(log.Has("d"));
+}
+
 // A unix socket file bound but not listening: connect(2) is refused.
 UniqueFd RefusingSocket(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
