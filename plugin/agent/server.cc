@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "base/fileutil.h"
+#include "node/metrics.h"
 #include "service.h"
 
 namespace shmkeeper::agent {

@@ -6,8 +6,12 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +20,7 @@
 #include <thread>
 
 #include "base/event_send.h"
+#include "node/metrics.h"
 #include "server.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
 
@@ -350,6 +355,164 @@ TEST_F(AgentServerTest, AStoppedEventTriggersAScan) {
   struct stat st;
   ASSERT_EQ(::stat((dir_ + "/events.sock").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666u);  // any container user may send; nothing in a payload is trusted
+}
+
+// ---- errors survived: counted, logged, on /metrics --------------------------
+
+// Log lines an agent wrote, safe to read while its threads write.
+struct Lines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  AgentLog Sink() {
+    return [this](LogLevel, const std::string& line) {
+      std::lock_guard<std::mutex> l(mu);
+      lines.push_back(line);
+    };
+  }
+  bool Has(const std::string& part) {
+    std::lock_guard<std::mutex> l(mu);
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& s) { return s.find(part) != std::string::npos; });
+  }
+};
+
+// Every report is counted; at most kLinesPerWindow a minute are logged per
+// counter, each counter on its own.
+TEST(ReporterTest, CountsAllAndLogsAtMostTenLinesAMinutePerCounter) {
+  Reporter reporter;
+  Lines log;
+  reporter.SetLog(log.Sink());
+  for (int i = 0; i < 25; ++i) reporter.Report(kWatcherErrors, "w" + std::to_string(i));
+  reporter.Report(kDockerEnrichmentErrors, "d");
+  EXPECT_EQ(reporter.Count(kWatcherErrors), 25);
+  EXPECT_EQ(reporter.Count(kDockerEnrichmentErrors), 1);
+  EXPECT_EQ(reporter.Count(kDatagramsNoCredentials), 0);
+  EXPECT_EQ(log.lines.size(), static_cast<size_t>(Reporter::kLinesPerWindow + 1));
+  EXPECT_TRUE(log.Has("w9"));
+  EXPECT_FALSE(log.Has("w10"));
+  EXPECT_TRUE(log.Has("d"));
+}
+
+// A unix socket file bound but not listening: connect(2) is refused.
+UniqueFd RefusingSocket(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  return fd;
+}
+
+ScanOptions QuietScan(const std::string& dir) {
+  ScanOptions scan;
+  scan.runtime_roots = {dir + "/no-runtime"};
+  scan.docker_socket = "";
+  scan.host_shm_dirs = {dir + "/shm"};
+  return scan;
+}
+
+TEST_F(AgentServerTest, ADockerSocketThatRefusesIsAnEnrichmentError) {
+  UniqueFd refusing = RefusingSocket(dir_ + "/docker.sock");
+  ScanOptions scan = QuietScan(dir_);
+  scan.docker_socket = dir_ + "/docker.sock";
+  Config config = config_;
+  config.agent.event_socket = "";
+  Agent agent(config, scan);
+  Lines log;
+  agent.SetLog(log.Sink());
+  ASSERT_TRUE(agent.Start().ok());  // its first scan
+  agent.ScanNow();
+  EXPECT_EQ(agent.reporter().Count(kDockerEnrichmentErrors), 2);
+  EXPECT_TRUE(log.Has("container names and labels from Docker unavailable"));
+  EXPECT_NE(
+      RenderMetrics(agent.Snapshot().get(), agent).find("shmkeeper_enrichment_errors_total{source=\"docker\"} 2\n"),
+      std::string::npos);
+}
+
+TEST_F(AgentServerTest, NoDockerSocketIsNoEnrichmentError) {
+  ScanOptions scan = QuietScan(dir_);
+  scan.docker_socket = dir_ + "/no-docker.sock";
+  Config config = config_;
+  config.agent.event_socket = "";
+  Agent agent(config, scan);
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_EQ(agent.reporter().Count(kDockerEnrichmentErrors), 0);
+}
+
+// With no file descriptor left, inotify_init1 fails: the agent runs on its
+// periodic scans, and says so.
+TEST_F(AgentServerTest, AWatcherThatCannotStartIsCountedAndLogged) {
+  Config config = config_;
+  config.agent.event_socket = "";
+  Agent agent(config, QuietScan(dir_));
+  Lines log;
+  agent.SetLog(log.Sink());
+  rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit none = saved;
+  none.rlim_cur = static_cast<rlim_t>(lowest_free);  // the next descriptor is over the limit
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
+  Status started = agent.Start();
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(started.ok());
+  EXPECT_EQ(agent.reporter().Count(kWatcherErrors), 1);
+  EXPECT_TRUE(log.Has("inotify watcher not started, event-driven scans are off"));
+  EXPECT_NE(RenderMetrics(agent.Snapshot().get(), agent).find("shmkeeper_watcher_errors_total 1\n"), std::string::npos);
+}
+
+// A datagram over the receive buffer arrives truncated and is refused as
+// malformed, counted like any other.
+TEST_F(AgentServerTest, AnOversizedDatagramIsCountedAsMalformed) {
+  int64_t before = agent_->counters().datagrams_rejected["malformed"];
+  UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, (dir_ + "/events.sock").c_str(), sizeof addr.sun_path - 1);
+  std::string big = R"({"type":"stopped","id":")" + std::string(8192, 'x') + R"("})";
+  ASSERT_EQ(::sendto(fd.get(), big.data(), big.size(), 0, reinterpret_cast<sockaddr*>(&addr), sizeof addr),
+            static_cast<ssize_t>(big.size()));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (agent_->counters().datagrams_rejected["malformed"] == before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(agent_->counters().datagrams_rejected["malformed"], before + 1);
+}
+
+// A sender the agent cannot see (outside its pid namespace) arrives without a
+// pid: dropped, but counted. The agent runs as pid 1 of a new pid namespace
+// in a child; this test process sends. Needs CAP_SYS_ADMIN.
+TEST_F(AgentServerTest, ADatagramWithoutSenderCredentialsIsCounted) {
+  const std::string sock = dir_ + "/ns-events.sock";
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWPID) != 0) ::_exit(77);
+    pid_t agent_pid = ::fork();
+    if (agent_pid == 0) {
+      Config config = config_;
+      config.agent.event_socket = sock;
+      Agent agent(config, QuietScan(dir_));
+      if (!agent.Start().ok()) ::_exit(2);
+      for (int i = 0; i < 250 && agent.reporter().Count(kDatagramsNoCredentials) == 0; ++i) ::usleep(20000);
+      int64_t n = agent.reporter().Count(kDatagramsNoCredentials);
+      ::_exit(n == 1 ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(agent_pid, &status, 0);
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 3);
+  }
+  struct stat st;
+  for (int i = 0; i < 250 && ::stat(sock.c_str(), &st) != 0; ++i) ::usleep(20000);
+  int status = 0;
+  if (::stat(sock.c_str(), &st) == 0) {
+    ASSERT_TRUE(SendEvent(sock, R"({"type":"stopped","id":"x"})").ok());
+  }
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no CAP_SYS_ADMIN for a pid namespace";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

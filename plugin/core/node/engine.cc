@@ -5,14 +5,11 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "base/bytes.h"
 
 namespace shmkeeper {
 namespace {
-
-constexpr size_t kMaxQueuedEvents = 1024;
 
 std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/" + k.name; }
 
@@ -88,105 +85,28 @@ bool PodMatches(const PodKey& k, const std::string& ns, const std::string& pod) 
 
 }  // namespace
 
-// ---- EventHub --------------------------------------------------------------
-
-std::unique_ptr<EventHub::Subscription> EventHub::Subscribe() {
-  auto sub = std::make_unique<Subscription>();
-  sub->hub_ = this;
-  std::lock_guard<std::mutex> l(mu_);
-  subs_.push_back(sub.get());
-  return sub;
-}
-
-EventHub::Subscription::~Subscription() {
-  std::lock_guard<std::mutex> l(hub_->mu_);
-  std::erase(hub_->subs_, this);
-}
-
-std::vector<AgentEvent> EventHub::Subscription::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(hub_->mu_);
-  hub_->cv_.wait_for(l, timeout, [&] { return !queue_.empty(); });
-  std::vector<AgentEvent> out(queue_.begin(), queue_.end());
-  queue_.clear();
-  return out;
-}
-
-void EventHub::Publish(const std::vector<AgentEvent>& events) {
-  if (events.empty()) return;
-  std::lock_guard<std::mutex> l(mu_);
-  for (Subscription* s : subs_) {
-    for (const AgentEvent& e : events) {
-      if (s->queue_.size() >= kMaxQueuedEvents) s->queue_.pop_front();
-      s->queue_.push_back(e);
-    }
-  }
-  cv_.notify_all();
-}
-
-// ---- selectors -------------------------------------------------------------
-
-Result<std::vector<SelectorTerm>> ParseSelector(const std::string& text) {
-  std::vector<SelectorTerm> terms;
-  if (text.empty()) return terms;
-  std::stringstream in(text);
-  std::string part;
-  auto valid_key = [](const std::string& k) {
-    return !k.empty() && k.size() <= 317 &&
-           k.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./") ==
-               std::string::npos;
-  };
-  while (std::getline(in, part, ',')) {
-    SelectorTerm t;
-    size_t ne = part.find("!="), eq = part.find('=');
-    if (ne != std::string::npos) {
-      t = {part.substr(0, ne), part.substr(ne + 2), SelectorTerm::kNotEquals};
-    } else if (eq != std::string::npos) {
-      size_t vstart = part.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1;
-      t = {part.substr(0, eq), part.substr(vstart), SelectorTerm::kEquals};
-    } else if (part.starts_with("!")) {
-      t = {part.substr(1), "", SelectorTerm::kNotExists};
-    } else {
-      t = {part, "", SelectorTerm::kExists};
-    }
-    if (!valid_key(t.key) || t.value.find_first_of("=!, ") != std::string::npos) {
-      return Status::Invalid("malformed selector \"" + text + "\" at \"" + part + "\"");
-    }
-    terms.push_back(std::move(t));
-  }
-  return terms;
-}
-
-bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& terms) {
-  auto lookup = [&](const std::string& k) -> const std::string* {
-    if (auto it = pod.labels.find(k); it != pod.labels.end()) return &it->second;
-    if (auto it = pod.annotations.find(k); it != pod.annotations.end()) return &it->second;
-    return nullptr;
-  };
-  for (const SelectorTerm& t : terms) {
-    const std::string* v = lookup(t.key);
-    bool ok = t.op == SelectorTerm::kExists      ? v != nullptr
-              : t.op == SelectorTerm::kNotExists ? v == nullptr
-              : t.op == SelectorTerm::kEquals    ? v && *v == t.value
-                                                 : !v || *v != t.value;
-    if (!ok) return false;
-  }
-  return true;
-}
-
 // ---- Agent -----------------------------------------------------------------
 
 namespace {
 ScanOptions WithCreators(ScanOptions scan) {
   if (!scan.creators) scan.creators = std::make_shared<CreatorBook>();
+  if (!scan.reporter) scan.reporter = std::make_shared<Reporter>();
   return scan;
 }
 }  // namespace
 
-Agent::Agent(const Config& config, ScanOptions scan)
+Agent::Agent(const Config& config, ScanOptions scan, Os* os)
     : config_(config),
-      scanner_(scan = WithCreators(std::move(scan))),  // one CreatorBook, shared with the receiver
+      os_(os),
+      reporter_((scan = WithCreators(std::move(scan))).reporter),
+      scanner_(scan),  // one CreatorBook, shared with the receiver; one Reporter for all
       runtime_roots_(scan.runtime_roots),
       creators_(scan.creators) {}
+
+void Agent::SetLog(AgentLog log) {
+  reporter_->SetLog(log);
+  log_ = std::move(log);
+}
 
 Agent::~Agent() { Stop(); }
 
@@ -194,12 +114,18 @@ Status Agent::Start() {
   Status events = Status::Ok();
   if (!config_.agent.event_socket.empty()) {
     receiver_ = std::make_unique<EventReceiver>(
-        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); });
+        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); },
+        reporter_.get());
     events = receiver_->Start().WithContext("event socket");
     if (!events.ok()) receiver_.reset();
   }
-  watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); });
-  if (!watcher_->Start().ok()) watcher_.reset();
+  watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); }, reporter_.get());
+  if (Status watching = watcher_->Start(); !watching.ok()) {
+    reporter_->Report(kWatcherErrors, "inotify watcher not started, event-driven scans are off (scans run every " +
+                                          std::to_string(config_.agent.scan_interval.count()) +
+                                          "ms): " + watching.message());
+    watcher_.reset();
+  }
   ScanNow();
   loop_ = std::thread([this] { Loop(); });
   return events;
@@ -311,7 +237,7 @@ std::vector<CriSandbox> Agent::Reconcile() {
     failed.status = sandboxes.status().WithContext("list pod sandboxes");
     results.push_back(std::move(failed));
   } else if (reconciler_.resize) {
-    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *Os::Default());
+    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *os_);
   }
   for (const ReconcileResult& r : results) {
     bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;
@@ -494,107 +420,6 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
   ReclaimOutcome out = ReclaimLeaks(candidates, dry_run);
   if (!dry_run) RecordReclaim(out);
   return out;
-}
-
-// ---- metrics ---------------------------------------------------------------
-
-namespace {
-
-std::string Escape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-std::string PodLabels(const PodKey& k) {
-  return "namespace=\"" + Escape(k.ns) + "\",pod=\"" + Escape(k.name) + "\",uid=\"" + Escape(k.uid) + "\",kind=\"" +
-         PodKindName(k.kind) + "\"";
-}
-
-}  // namespace
-
-std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
-  std::ostringstream o;
-  auto help = [&](const char* name, const char* type, const char* text) {
-    o << "# HELP " << name << " " << text << "\n# TYPE " << name << " " << type << "\n";
-  };
-  help("shmkeeper_up", "gauge", "1 once the agent has completed a scan.");
-  o << "shmkeeper_up " << (snap ? 1 : 0) << "\n";
-  help("shmkeeper_reclaimed_segments_total", "counter", "Segments reclaimed by the agent.");
-  o << "shmkeeper_reclaimed_segments_total " << agent.reclaimed_total() << "\n";
-  help("shmkeeper_reclaimed_bytes_total", "counter", "Bytes freed by reclaim.");
-  o << "shmkeeper_reclaimed_bytes_total " << agent.reclaimed_bytes_total() << "\n";
-  AgentCounters c = agent.counters();
-  help("shmkeeper_event_datagrams_rejected_total", "counter",
-       "Event datagrams refused (creator claims that failed verification, malformed messages), by reason.");
-  for (ClaimRejection r : {ClaimRejection::kMalformed, ClaimRejection::kNoFile, ClaimRejection::kNotHolder,
-                           ClaimRejection::kNotOwner, ClaimRejection::kLiveCreator}) {
-    o << "shmkeeper_event_datagrams_rejected_total{reason=\"" << ClaimRejectionName(r) << "\"} "
-      << c.datagrams_rejected[ClaimRejectionName(r)] << "\n";
-  }
-  help("shmkeeper_reclaim_kept_total", "counter",
-       "Reclaim candidates kept because the protocol found a holder, a change or an error, by reason.");
-  for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
-    o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
-  }
-  help("shmkeeper_reclaim_errors_total", "counter", "Reclaim removals that failed with an error.");
-  o << "shmkeeper_reclaim_errors_total " << c.reclaim_errors << "\n";
-  help("shmkeeper_reclaim_raced_total", "counter",
-       "Removed files that an open(2) begun before the quarantine rename reached afterwards.");
-  o << "shmkeeper_reclaim_raced_total " << c.reclaim_raced << "\n";
-  help("shmkeeper_quarantine_restored_total", "counter", "Files renamed back from an interrupted reclaim.");
-  o << "shmkeeper_quarantine_restored_total " << c.restored_from_quarantine << "\n";
-  if (!snap) return o.str();
-  help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
-  o << "shmkeeper_scan_duration_seconds " << std::chrono::duration<double>(snap->duration).count() << "\n";
-  help("shmkeeper_scans_total", "counter", "Full scans completed.");
-  o << "shmkeeper_scans_total " << snap->scans << "\n";
-  help("shmkeeper_last_scan_timestamp_seconds", "gauge", "Unix time of the last completed scan.");
-  o << "shmkeeper_last_scan_timestamp_seconds " << std::chrono::duration<double>(snap->time.time_since_epoch()).count()
-    << "\n";
-  help("shmkeeper_node_shm_size_bytes", "gauge", "Size of the host's /dev/shm.");
-  o << "shmkeeper_node_shm_size_bytes " << snap->host_shm_size_bytes << "\n";
-  help("shmkeeper_node_shm_used_bytes", "gauge", "Used bytes of the host's /dev/shm.");
-  o << "shmkeeper_node_shm_used_bytes " << snap->host_shm_used_bytes << "\n";
-  help("shmkeeper_node_leaked_bytes", "gauge", "Bytes in segments whose verdict is leaked, node-wide.");
-  o << "shmkeeper_node_leaked_bytes " << snap->leaked_bytes << "\n";
-  help("shmkeeper_node_unheld_bytes", "gauge", "Bytes in segments nobody holds (unheld or leaked), node-wide.");
-  o << "shmkeeper_node_unheld_bytes " << snap->unheld_bytes << "\n";
-  struct Series {
-    const char* name;
-    const char* help;
-    int64_t PodRecord::*field;
-  };
-  static constexpr Series kSeries[] = {
-      {"shmkeeper_pod_shm_size_bytes", "Size of the pod's /dev/shm tmpfs.", &PodRecord::size_bytes},
-      {"shmkeeper_pod_shm_used_bytes", "Used bytes of the pod's /dev/shm (statfs).", &PodRecord::used_bytes},
-      {"shmkeeper_pod_shm_unlinked_bytes", "Bytes held by unlinked files.", &PodRecord::unlinked_bytes},
-      {"shmkeeper_pod_sysv_bytes", "SysV shared memory in the pod's IPC namespace.", &PodRecord::sysv_bytes},
-      {"shmkeeper_pod_memcg_shmem_bytes", "shmem charged to the pod's memory cgroup.", &PodRecord::memcg_shmem_bytes},
-      {"shmkeeper_pod_leaked_bytes", "Bytes in the pod's segments whose verdict is leaked.", &PodRecord::leaked_bytes},
-      {"shmkeeper_pod_unheld_bytes", "Bytes in the pod's segments that nobody holds (unheld or leaked).",
-       &PodRecord::unheld_bytes},
-  };
-  for (const Series& s : kSeries) {
-    help(s.name, "gauge", s.help);
-    for (const PodRecord& p : snap->pods) o << s.name << "{" << PodLabels(p.key) << "} " << p.*s.field << "\n";
-  }
-  help("shmkeeper_pod_shm_files", "gauge", "Files in the pod's /dev/shm.");
-  for (const PodRecord& p : snap->pods) o << "shmkeeper_pod_shm_files{" << PodLabels(p.key) << "} " << p.files << "\n";
-  return o.str();
-}
-
-const char* EventKindName(EventKind kind) {
-  static constexpr const char* kNames[] = {"?",          "pod_started", "pod_stopped",   "resize_applied",
-                                           "usage_high", "leak_found",  "leak_reclaimed"};
-  return kNames[static_cast<int>(kind)];
 }
 
 }  // namespace shmkeeper

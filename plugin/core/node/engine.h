@@ -17,57 +17,18 @@
 #include <thread>
 #include <vector>
 
+#include "base/os.h"
 #include "base/status.h"
 #include "decide/config.h"
+#include "node/event_hub.h"
 #include "node/node_events.h"
 #include "node/node_scan.h"
 #include "node/reclaim.h"
 #include "node/reconcile.h"
+#include "node/reporter.h"
+#include "node/selectors.h"
 
 namespace shmkeeper {
-
-enum class EventKind { kPodStarted = 1, kPodStopped, kResizeApplied, kUsageHigh, kLeakFound, kLeakReclaimed };
-
-struct AgentEvent {
-  std::chrono::system_clock::time_point time;
-  EventKind kind = EventKind::kPodStarted;
-  PodKey pod;
-  std::string message;
-  int64_t bytes = 0;
-  int32_t threshold_percent = 0;
-  std::string path;
-};
-
-// A bounded queue per subscriber; a slow subscriber loses its oldest events.
-class EventHub {
- public:
-  class Subscription {
-   public:
-    // Waits up to `timeout` for events; returns what is queued (maybe none).
-    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout);
-    ~Subscription();
-
-   private:
-    friend class EventHub;
-    EventHub* hub_ = nullptr;
-    std::deque<AgentEvent> queue_;
-  };
-  std::unique_ptr<Subscription> Subscribe();
-  void Publish(const std::vector<AgentEvent>& events);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Subscription*> subs_;
-};
-
-// "k=v,k2!=v2,k3,!k4" over labels and annotations together.
-struct SelectorTerm {
-  std::string key, value;
-  enum Op { kEquals, kNotEquals, kExists, kNotExists } op = kExists;
-};
-Result<std::vector<SelectorTerm>> ParseSelector(const std::string& text);
-bool MatchesSelector(const PodRecord& pod, const std::vector<SelectorTerm>& terms);
 
 struct PodFilter {
   std::string ns;
@@ -102,11 +63,15 @@ struct AgentCounters {
 
 class Agent {
  public:
-  Agent(const Config& config, ScanOptions scan);
+  // `scan.reporter` (a fresh one when null) receives the errors the engine,
+  // its scans, its event socket and its watcher survive; `os` (never null,
+  // outlives the agent) is what reconcile sizes /dev/shm through.
+  Agent(const Config& config, ScanOptions scan, Os* os = Os::Default());
   ~Agent();
 
-  // REQUIRES: called before Start(). The default drops messages.
-  void SetLog(AgentLog log) { log_ = std::move(log); }
+  // Where log lines go, the reporter's included. REQUIRES: called before
+  // Start(). The default drops messages.
+  void SetLog(AgentLog log);
 
   // REQUIRES: called before Start().
   void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
@@ -141,6 +106,8 @@ class Agent {
   int64_t reclaimed_total() const { return reclaimed_total_; }
   int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
   AgentCounters counters() const;
+  // Counters of the errors survived (names in reporter.h), for /metrics.
+  const Reporter& reporter() const { return *reporter_; }
 
  private:
   void Loop();
@@ -156,6 +123,8 @@ class Agent {
   void RecordReclaim(const ReclaimOutcome& out);
 
   Config config_;
+  Os* os_;
+  std::shared_ptr<Reporter> reporter_;
   std::mutex scan_mu_;  // one scan at a time
   Scanner scanner_;
   std::vector<std::string> runtime_roots_;
@@ -184,10 +153,5 @@ class Agent {
   int reject_logged_ = 0;
   int64_t reject_dropped_ = 0;
 };
-
-// Prometheus text exposition of a snapshot.
-std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent);
-
-const char* EventKindName(EventKind kind);
 
 }  // namespace shmkeeper

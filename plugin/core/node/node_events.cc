@@ -31,8 +31,8 @@ void Signal(const UniqueFd& efd) {
 
 }  // namespace
 
-EventReceiver::EventReceiver(std::string path, Handler on_datagram)
-    : path_(std::move(path)), handler_(std::move(on_datagram)) {}
+EventReceiver::EventReceiver(std::string path, Handler on_datagram, Reporter* reporter)
+    : path_(std::move(path)), handler_(std::move(on_datagram)), reporter_(reporter) {}
 
 Status EventReceiver::Start() {
   sockaddr_un addr{};
@@ -73,7 +73,15 @@ void EventReceiver::Run() {
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
     ssize_t n = ::recvmsg(sock_.get(), &msg, MSG_DONTWAIT);
-    if (n < 0) continue;
+    if (n < 0) {
+      int err = errno;
+      bool nothing = err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
+      if (!nothing && reporter_) {
+        reporter_->Report(kDatagramsReceiveErrors,
+                          "dropped a datagram on " + path_ + ": recvmsg: " + std::strerror(err));
+      }
+      continue;
+    }
     if (msg.msg_flags & MSG_TRUNC) n = 0;
     pid_t sender = 0;
     uid_t uid = 0;
@@ -85,7 +93,11 @@ void EventReceiver::Run() {
         uid = cred.uid;
       }
     }
-    if (sender > 0) handler_(sender, uid, std::string(buf, static_cast<size_t>(n)));
+    if (sender > 0) {
+      handler_(sender, uid, std::string(buf, static_cast<size_t>(n)));
+    } else if (reporter_) {
+      reporter_->Report(kDatagramsNoCredentials, "dropped a datagram on " + path_ + " without sender credentials");
+    }
   }
 }
 
@@ -95,7 +107,8 @@ EventReceiver::~EventReceiver() {
   if (sock_.valid()) ::unlink(path_.c_str());
 }
 
-ChangeWatcher::ChangeWatcher(std::function<void()> on_change) : on_change_(std::move(on_change)) {}
+ChangeWatcher::ChangeWatcher(std::function<void()> on_change, Reporter* reporter)
+    : on_change_(std::move(on_change)), reporter_(reporter) {}
 
 Status ChangeWatcher::Start() {
   inotify_.reset(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
@@ -154,8 +167,16 @@ void ChangeWatcher::Sync() {
   for (const std::string& p : want) {
     if (watches_.count(p)) continue;
     int wd = ::inotify_add_watch(inotify_.get(), p.c_str(), kMask);
-    if (wd >= 0) watches_[p] = wd;
+    int err = errno;
+    if (wd >= 0) {
+      watches_[p] = wd;
+      failed_.erase(p);
+    } else if (err != ENOENT && failed_.insert(p).second && reporter_) {  // ENOENT: gone since it was listed
+      reporter_->Report(kWatcherErrors,
+                        "cannot watch " + p + " (changes there wait for the periodic scan): " + std::strerror(err));
+    }
   }
+  std::erase_if(failed_, [&](const std::string& p) { return !want.count(p); });
 }
 
 void ChangeWatcher::Run() {

@@ -10,12 +10,14 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/fileutil.h"
 #include "base/status.h"
+#include "node/reporter.h"
 
 namespace shmkeeper {
 
@@ -24,10 +26,14 @@ namespace shmkeeper {
 // payload; a datagram too large for the buffer arrives as an empty payload.
 // The socket is mode 0666: any container user may send, because nothing in
 // a payload is trusted (see creator_book.h).
+//
+// A datagram that never reaches `on_datagram` (no sender credentials, a
+// receive error) is reported to `reporter` (kDatagramsNoCredentials,
+// kDatagramsReceiveErrors) when it is not null; it must outlive the receiver.
 class EventReceiver {
  public:
   using Handler = std::function<void(pid_t sender, uid_t uid, const std::string& payload)>;
-  EventReceiver(std::string path, Handler on_datagram);
+  EventReceiver(std::string path, Handler on_datagram, Reporter* reporter = nullptr);
   ~EventReceiver();
   Status Start();
 
@@ -35,15 +41,18 @@ class EventReceiver {
   void Run();
   std::string path_;
   Handler handler_;
+  Reporter* reporter_;
   UniqueFd sock_, stop_;
   std::thread thread_;
 };
 
 // inotify on a set of directories; `on_change` runs on the watcher's thread
-// for any create, delete, move or finished write in them.
+// for any create, delete, move or finished write in them. A directory that
+// exists but cannot be watched is reported to `reporter` (kWatcherErrors, once
+// until it can be) when it is not null; it must outlive the watcher.
 class ChangeWatcher {
  public:
-  explicit ChangeWatcher(std::function<void()> on_change);
+  explicit ChangeWatcher(std::function<void()> on_change, Reporter* reporter = nullptr);
   ~ChangeWatcher();
   Status Start();
   // Replaces the watched set (paths that do not exist are dropped). `roots`
@@ -57,10 +66,12 @@ class ChangeWatcher {
   void Run();
   void Sync();  // REQUIRES: mu_ held. Makes the watches match want_/roots_.
   std::function<void()> on_change_;
+  Reporter* reporter_;
   UniqueFd inotify_, stop_;
   std::mutex mu_;
   std::vector<std::string> want_, roots_;
   std::map<std::string, int> watches_;  // path -> wd
+  std::set<std::string> failed_;        // paths whose watch failed, already reported
   std::thread thread_;
 };
 

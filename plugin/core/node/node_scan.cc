@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <thread>
 
@@ -194,9 +195,22 @@ LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileK
 
 }  // namespace
 
+// Names and labels from the Docker API. No socket file means no Docker on
+// this node (nothing to report); a socket that fails is an enrichment error.
+void Scanner::EnrichOrReport(std::vector<ContainerRecord>* containers) const {
+  if (opts_.docker_socket.empty()) return;
+  struct stat st;
+  if (::stat(opts_.docker_socket.c_str(), &st) != 0 && errno == ENOENT) return;
+  Status enriched = EnrichFromDocker(opts_.docker_socket, containers);
+  if (!enriched.ok() && opts_.reporter) {
+    opts_.reporter->Report(kDockerEnrichmentErrors,
+                           "container names and labels from Docker unavailable: " + enriched.message());
+  }
+}
+
 std::vector<PodRecord> Scanner::DiscoverPods() const {
   std::vector<ContainerRecord> containers = DiscoverContainers(opts_.runtime_roots, opts_.proc);
-  if (!opts_.docker_socket.empty()) (void)EnrichFromDocker(opts_.docker_socket, &containers);
+  EnrichOrReport(&containers);
   std::vector<PodRecord> pods = GroupPods(containers);
   for (const std::string& dir : opts_.host_shm_dirs) {
     PodRecord p;

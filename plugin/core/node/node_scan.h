@@ -18,6 +18,7 @@
 
 #include "node/creator_book.h"
 #include "node/discovery.h"
+#include "node/reporter.h"
 #include "scan/proc_table.h"
 #include "scan/shm_dir.h"
 
@@ -137,6 +138,9 @@ struct ScanOptions {
   // Creator records from the sharing runtime (shared with the agent's event
   // receiver); null = names are the only creator evidence.
   std::shared_ptr<CreatorBook> creators;
+  // Where errors the scan survives go (a Docker API that fails while its
+  // socket exists); null = counted nowhere.
+  std::shared_ptr<Reporter> reporter;
 };
 
 // Creator hint from a segment name: torch_<pid>_…, sgl_shm_<kind>_<pid>_…
@@ -168,6 +172,7 @@ class Scanner {
   };
   // The stages of Scan, in order.
   std::vector<PodRecord> DiscoverPods() const;
+  void EnrichOrReport(std::vector<ContainerRecord>* containers) const;
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
   ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
                         int64_t* restored) const;

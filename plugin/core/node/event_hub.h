@@ -1,0 +1,56 @@
+// Agent events (pods started and stopped, resizes, usage, leaks) and their
+// fan-out to watch subscribers.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "node/node_scan.h"
+
+namespace shmkeeper {
+
+enum class EventKind { kPodStarted = 1, kPodStopped, kResizeApplied, kUsageHigh, kLeakFound, kLeakReclaimed };
+
+struct AgentEvent {
+  std::chrono::system_clock::time_point time;
+  EventKind kind = EventKind::kPodStarted;
+  PodKey pod;
+  std::string message;
+  int64_t bytes = 0;
+  int32_t threshold_percent = 0;
+  std::string path;
+};
+
+// A bounded queue per subscriber; a slow subscriber loses its oldest events.
+class EventHub {
+ public:
+  class Subscription {
+   public:
+    // Waits up to `timeout` for events; returns what is queued (maybe none).
+    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout);
+    ~Subscription();
+
+   private:
+    friend class EventHub;
+    EventHub* hub_ = nullptr;
+    std::deque<AgentEvent> queue_;
+  };
+  std::unique_ptr<Subscription> Subscribe();
+  void Publish(const std::vector<AgentEvent>& events);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Subscription*> subs_;
+};
+
+const char* EventKindName(EventKind kind);
+
+}  // namespace shmkeeper

@@ -1,0 +1,114 @@
+#include "node/metrics.h"
+
+#include <sstream>
+
+namespace shmkeeper {
+
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string PodLabels(const PodKey& k) {
+  return "namespace=\"" + Escape(k.ns) + "\",pod=\"" + Escape(k.name) + "\",uid=\"" + Escape(k.uid) + "\",kind=\"" +
+         PodKindName(k.kind) + "\"";
+}
+
+}  // namespace
+
+std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
+  std::ostringstream o;
+  auto help = [&](const char* name, const char* type, const char* text) {
+    o << "# HELP " << name << " " << text << "\n# TYPE " << name << " " << type << "\n";
+  };
+  help("shmkeeper_up", "gauge", "1 once the agent has completed a scan.");
+  o << "shmkeeper_up " << (snap ? 1 : 0) << "\n";
+  help("shmkeeper_reclaimed_segments_total", "counter", "Segments reclaimed by the agent.");
+  o << "shmkeeper_reclaimed_segments_total " << agent.reclaimed_total() << "\n";
+  help("shmkeeper_reclaimed_bytes_total", "counter", "Bytes freed by reclaim.");
+  o << "shmkeeper_reclaimed_bytes_total " << agent.reclaimed_bytes_total() << "\n";
+  AgentCounters c = agent.counters();
+  help("shmkeeper_event_datagrams_rejected_total", "counter",
+       "Event datagrams refused (creator claims that failed verification, malformed messages), by reason.");
+  for (ClaimRejection r : {ClaimRejection::kMalformed, ClaimRejection::kNoFile, ClaimRejection::kNotHolder,
+                           ClaimRejection::kNotOwner, ClaimRejection::kLiveCreator}) {
+    o << "shmkeeper_event_datagrams_rejected_total{reason=\"" << ClaimRejectionName(r) << "\"} "
+      << c.datagrams_rejected[ClaimRejectionName(r)] << "\n";
+  }
+  const Reporter& rep = agent.reporter();
+  help("shmkeeper_event_datagrams_dropped_total", "counter",
+       "Event datagrams dropped before they could be read (no sender credentials, a receive error), by reason.");
+  o << "shmkeeper_event_datagrams_dropped_total{reason=\"no_credentials\"} " << rep.Count(kDatagramsNoCredentials)
+    << "\n";
+  o << "shmkeeper_event_datagrams_dropped_total{reason=\"receive_error\"} " << rep.Count(kDatagramsReceiveErrors)
+    << "\n";
+  help("shmkeeper_enrichment_errors_total", "counter",
+       "Scans whose container names and labels could not be read from a runtime API, by source.");
+  o << "shmkeeper_enrichment_errors_total{source=\"docker\"} " << rep.Count(kDockerEnrichmentErrors) << "\n";
+  help("shmkeeper_watcher_errors_total", "counter",
+       "inotify failures (the watcher not started, a directory that cannot be watched): changes wait for the "
+       "periodic scan.");
+  o << "shmkeeper_watcher_errors_total " << rep.Count(kWatcherErrors) << "\n";
+  help("shmkeeper_reclaim_kept_total", "counter",
+       "Reclaim candidates kept because the protocol found a holder, a change or an error, by reason.");
+  for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
+    o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
+  }
+  help("shmkeeper_reclaim_errors_total", "counter", "Reclaim removals that failed with an error.");
+  o << "shmkeeper_reclaim_errors_total " << c.reclaim_errors << "\n";
+  help("shmkeeper_reclaim_raced_total", "counter",
+       "Removed files that an open(2) begun before the quarantine rename reached afterwards.");
+  o << "shmkeeper_reclaim_raced_total " << c.reclaim_raced << "\n";
+  help("shmkeeper_quarantine_restored_total", "counter", "Files renamed back from an interrupted reclaim.");
+  o << "shmkeeper_quarantine_restored_total " << c.restored_from_quarantine << "\n";
+  if (!snap) return o.str();
+  help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
+  o << "shmkeeper_scan_duration_seconds " << std::chrono::duration<double>(snap->duration).count() << "\n";
+  help("shmkeeper_scans_total", "counter", "Full scans completed.");
+  o << "shmkeeper_scans_total " << snap->scans << "\n";
+  help("shmkeeper_last_scan_timestamp_seconds", "gauge", "Unix time of the last completed scan.");
+  o << "shmkeeper_last_scan_timestamp_seconds " << std::chrono::duration<double>(snap->time.time_since_epoch()).count()
+    << "\n";
+  help("shmkeeper_node_shm_size_bytes", "gauge", "Size of the host's /dev/shm.");
+  o << "shmkeeper_node_shm_size_bytes " << snap->host_shm_size_bytes << "\n";
+  help("shmkeeper_node_shm_used_bytes", "gauge", "Used bytes of the host's /dev/shm.");
+  o << "shmkeeper_node_shm_used_bytes " << snap->host_shm_used_bytes << "\n";
+  help("shmkeeper_node_leaked_bytes", "gauge", "Bytes in segments whose verdict is leaked, node-wide.");
+  o << "shmkeeper_node_leaked_bytes " << snap->leaked_bytes << "\n";
+  help("shmkeeper_node_unheld_bytes", "gauge", "Bytes in segments nobody holds (unheld or leaked), node-wide.");
+  o << "shmkeeper_node_unheld_bytes " << snap->unheld_bytes << "\n";
+  struct Series {
+    const char* name;
+    const char* help;
+    int64_t PodRecord::*field;
+  };
+  static constexpr Series kSeries[] = {
+      {"shmkeeper_pod_shm_size_bytes", "Size of the pod's /dev/shm tmpfs.", &PodRecord::size_bytes},
+      {"shmkeeper_pod_shm_used_bytes", "Used bytes of the pod's /dev/shm (statfs).", &PodRecord::used_bytes},
+      {"shmkeeper_pod_shm_unlinked_bytes", "Bytes held by unlinked files.", &PodRecord::unlinked_bytes},
+      {"shmkeeper_pod_sysv_bytes", "SysV shared memory in the pod's IPC namespace.", &PodRecord::sysv_bytes},
+      {"shmkeeper_pod_memcg_shmem_bytes", "shmem charged to the pod's memory cgroup.", &PodRecord::memcg_shmem_bytes},
+      {"shmkeeper_pod_leaked_bytes", "Bytes in the pod's segments whose verdict is leaked.", &PodRecord::leaked_bytes},
+      {"shmkeeper_pod_unheld_bytes", "Bytes in the pod's segments that nobody holds (unheld or leaked).",
+       &PodRecord::unheld_bytes},
+  };
+  for (const Series& s : kSeries) {
+    help(s.name, "gauge", s.help);
+    for (const PodRecord& p : snap->pods) o << s.name << "{" << PodLabels(p.key) << "} " << p.*s.field << "\n";
+  }
+  help("shmkeeper_pod_shm_files", "gauge", "Files in the pod's /dev/shm.");
+  for (const PodRecord& p : snap->pods) o << "shmkeeper_pod_shm_files{" << PodLabels(p.key) << "} " << p.files << "\n";
+  return o.str();
+}
+
+}  // namespace shmkeeper

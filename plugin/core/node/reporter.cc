@@ -1,0 +1,32 @@
+#include "node/reporter.h"
+
+namespace shmkeeper {
+
+void Reporter::Report(const std::string& counter, const std::string& message) {
+  constexpr auto kWindow = std::chrono::minutes(1);
+  std::string line;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    counts_[counter]++;
+    Window& w = windows_[counter];
+    auto now = std::chrono::steady_clock::now();
+    if (now - w.start >= kWindow) {
+      if (w.dropped) line = std::to_string(w.dropped) + " more " + counter + " were not logged; ";
+      w = Window{now, 0, 0};
+    }
+    if (w.logged >= kLinesPerWindow) {
+      w.dropped++;
+      return;
+    }
+    w.logged++;
+  }
+  log_(LogLevel::kWarn, line + message);
+}
+
+int64_t Reporter::Count(const std::string& counter) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = counts_.find(counter);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+}  // namespace shmkeeper
