@@ -59,14 +59,7 @@ Status Check(const ComposeFlags& f, Outcome& outcome) {
   if (f.output == "json") {
     std::cout << DumpJson(ComposeReportToJson(r), 2) << "\n";
   } else {
-    static constexpr const char* kSev[] = {"info", "warning", "error"};
-    for (const ComposeFinding& x : r.findings) {
-      std::cout << x.pos.ToString() << ": " << kSev[static_cast<int>(x.severity)] << ": "
-                << (x.service.empty() ? "" : "service '" + x.service + "': ") << x.message;
-      if (!x.suggestion.empty()) std::cout << " (fix: " << x.suggestion << ")";
-      std::cout << " [" << x.code << "]\n";
-    }
-    if (r.findings.empty()) std::cout << "ok: no /dev/shm problems in " << r.files.size() << " file(s)\n";
+    std::cout << ComposeReportToText(r);
   }
   outcome.exit_code = r.findings.empty() ? 0 : 1;
   return Status::Ok();

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "base/bytes.h"
 #include "decide/workloads.h"
 
@@ -199,6 +201,56 @@ TEST(Compose, FlowVolumesWithAHostBindAreReportedNotRewritten) {
   EXPECT_EQ(fix->fixed, fix->original);
   ASSERT_EQ(fix->skipped.size(), 1u);
   EXPECT_NE(fix->skipped[0].find("by hand"), std::string::npos);
+}
+
+// The injected reader sees every read: compose files, `extends` files, .env
+// and Dockerfiles (the latter two only with read_side_files).
+TEST(Compose, InjectedReaderServesEveryRead) {
+  std::map<std::string, std::string> files = {
+      {"p/compose.yml", "services:\n  a:\n    extends: {file: base.yml, service: b}\n    shm_size: ${SZ}\n"},
+      {"p/base.yml", "services:\n  b:\n    image: pytorch/pytorch\n    build: .\n"},
+      {"p/.env", "SZ=1m\n"},
+      {"p/./Dockerfile", "RUN pip install torch && pytest\n"},
+  };
+  std::vector<std::string> read;
+  ComposeCheckOptions o;
+  o.files = {"p/compose.yml"};
+  o.read_file = [&](const std::string& path, size_t) -> Result<std::string> {
+    read.push_back(path);
+    auto it = files.find(path);
+    if (it == files.end()) return Status::NotFound(path + ": not found");
+    return it->second;
+  };
+  Result<ComposeReport> r = CheckCompose(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::vector<std::string> codes;
+  for (const ComposeFinding& f : r->findings) codes.push_back(FindingCodeName(f.code));
+  EXPECT_EQ(codes, (std::vector<std::string>{"build-shm-size", "size-too-small"}));  // by file, then line
+  EXPECT_EQ(read, (std::vector<std::string>{"p/.env", "p/compose.yml", "p/base.yml", "p/./Dockerfile"}));
+
+  o.read_side_files = false;
+  read.clear();
+  r = CheckCompose(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->findings.size(), 1u);
+  EXPECT_EQ(r->findings[0].code, FindingCode::kInvalidSize);  // ${SZ} unset without .env: ""
+  EXPECT_EQ(read, (std::vector<std::string>{"p/compose.yml", "p/base.yml"}));
+}
+
+// A reader's kInvalidArgument without errno is "too large", told by code, not by text.
+TEST(Compose, ReaderTooLargeIsToldByStatusCode) {
+  ComposeCheckOptions o;
+  o.files = {"c.yml"};
+  o.read_file = [](const std::string&, size_t) -> Result<std::string> { return Status::Invalid("no reason given"); };
+  Result<ComposeReport> r = CheckCompose(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "c.yml: larger than 4 MiB");
+  o.read_file = [](const std::string&, size_t) -> Result<std::string> {
+    return Status::FromErrno(EACCES, "open c.yml");
+  };
+  r = CheckCompose(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "c.yml: open c.yml: Permission denied");
 }
 
 }  // namespace

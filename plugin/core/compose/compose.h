@@ -6,6 +6,8 @@
 // node count) and every error names the file and, where known, the line.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,14 +27,38 @@ struct SourcePos {
 
 enum class Severity { kInfo, kWarning, kError };
 
+// What a finding is about. Output (text and JSON) prints it as the string of
+// FindingCodeName, which users and scripts read: those strings never change.
+enum class FindingCode {
+  kMisspelledKey,     // "misspelled-key"
+  kInvalidSize,       // "invalid-size"
+  kMisplacedShmSize,  // "misplaced-shm-size"
+  kSizeTooSmall,      // "size-too-small"
+  kHostShmBind,       // "host-shm-bind"
+  kIpcHostForShm,     // "ipc-host-for-shm"
+  kMissingShmSize,    // "missing-shm-size"
+  kBuildShmSize,      // "build-shm-size"
+};
+
+// The code as output prints it, e.g. "misspelled-key".
+const char* FindingCodeName(FindingCode code);
+
 struct ComposeFinding {
-  std::string code;  // e.g. "misspelled-key"
+  FindingCode code = FindingCode::kMissingShmSize;
   Severity severity = Severity::kWarning;
   std::string service;  // "" for file-level findings
   SourcePos pos;
   std::string message;
   std::string suggestion;  // the fix, in compose syntax
 };
+
+// Reads one file of at most `max_bytes` for the compose reader. A file over
+// the limit is kInvalidArgument with no errno (what ReadFile returns then);
+// every other failure has another code or an errno.
+using ComposeFileReader = std::function<Result<std::string>(const std::string& path, size_t max_bytes)>;
+
+// The reader of the disk (ReadFile).
+Result<std::string> ReadComposeFileFromDisk(const std::string& path, size_t max_bytes);
 
 struct ComposeCheckOptions {
   std::vector<std::string> files;  // empty: the defaults in `dir`
@@ -42,6 +68,12 @@ struct ComposeCheckOptions {
   // e.g. from the agent; used to suggest sizes.
   std::map<std::string, int64_t> measured;
   int64_t min_bytes = 64LL << 20;  // smaller is "too small"
+  // Every read of the check: the compose files, `extends` files, .env and
+  // build Dockerfiles. Empty: ReadComposeFileFromDisk.
+  ComposeFileReader read_file;
+  // Whether the project's .env and the services' build Dockerfiles are read
+  // at all (FixComposeText: no; it sees only the text it is given).
+  bool read_side_files = true;
 };
 
 struct ComposeReport {
@@ -65,6 +97,10 @@ Result<ComposeReport> CheckCompose(const ComposeCheckOptions& options);
 
 Json ComposeReportToJson(const ComposeReport& report);
 
+// The report for humans: one line per finding ("file:line:col: severity:
+// service 'x': message (fix: suggestion) [code]"), or one "ok" line.
+std::string ComposeReportToText(const ComposeReport& report);
+
 struct ComposeFix {
   std::string file;
   std::string original;
@@ -82,8 +118,9 @@ struct ComposeFix {
 // written here.
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
 
-// Check and fix of one in-memory file named `name` (no filesystem access but
-// `extends` of other files, which then fail): for fuzzing and tests.
+// Check and fix of one in-memory file named `name`, with no filesystem access:
+// `extends` of another file fails ("not found"), no .env and no Dockerfile is
+// read. For fuzzing and tests.
 Result<ComposeFix> FixComposeText(const std::string& name, const std::string& text, const std::string& size);
 
 // Whether `text` is a size docker-compose accepts for shm_size (digits with

@@ -1,0 +1,75 @@
+// The compose reader (internal to shmkeeper_compose): compose files read
+// through the options' file reader, validated (bounded size, depth and node
+// count, no duplicate keys), merged in order with YAML merge keys and
+// `extends` folded in, into one model of services.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compose/compose.h"
+
+namespace shmkeeper::compose {
+
+inline constexpr size_t kMaxFileBytes = 4 << 20;
+inline constexpr int kMaxDepth = 64;
+
+// Where node `n` of `file` starts (line 0 when yaml-cpp has no mark).
+SourcePos At(const std::string& file, const YAML::Node& n);
+
+// kInvalidArgument "file:line:col: why".
+Status BadAt(const SourcePos& p, const std::string& why);
+
+std::string Lower(std::string s);
+
+// The directory part of `path` ("." when it has none).
+std::string DirOf(const std::string& path);
+
+// `rel` under `dir`, unless it is absolute.
+std::string Join(const std::string& dir, const std::string& rel);
+
+// One compose file as read: its text and its parsed document.
+struct LoadedFile {
+  std::string path;
+  std::string text;
+  YAML::Node root;
+};
+
+// One key of a merged service: where it was written last.
+struct Entry {
+  YAML::Node key, value;
+  std::string file;
+};
+
+// A service merged over every file that declares it, `extends` folded in.
+struct Service {
+  std::string name;
+  SourcePos pos;  // first definition
+  std::map<std::string, Entry> keys;
+  std::map<std::string, YAML::Node> nodes;  // file -> the service's mapping there
+};
+
+// Everything the reader makes of a project's files.
+struct ComposeProject {
+  std::vector<LoadedFile> files;  // in the order read
+  std::map<std::string, Service> services;
+  std::string name;                        // the project: the first file's directory, lower-cased
+  std::map<std::string, std::string> env;  // the options' env, then .env
+};
+
+// Everything the reader requires of a file's text: YAML that parses, no
+// duplicate keys, bounded, a mapping whose services are mappings.
+Result<LoadedFile> ParseComposeText(const std::string& path, std::string text);
+
+// The reader the options name (the disk when none).
+ComposeFileReader ReaderOf(const ComposeCheckOptions& options);
+
+// Reads, validates and merges the options' files (the defaults of its dir
+// when it names none). kInvalidArgument "file:line:col: why" on bad input.
+Result<ComposeProject> ReadComposeProject(const ComposeCheckOptions& options);
+
+}  // namespace shmkeeper::compose

@@ -1,0 +1,412 @@
+#include "compose/compose_rules.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <tuple>
+
+#include "base/bytes.h"
+#include "decide/workloads.h"
+
+namespace shmkeeper {
+namespace compose {
+namespace {
+
+// "shm-size", "shmsize", "shmSize", "SHM_SIZE" and friends, but not shm_size.
+bool IsShmSizeMisspelling(const std::string& key) {
+  if (key == "shm_size") return false;
+  std::string k;
+  for (char c : Lower(key)) {
+    if (c != '-' && c != '_' && c != ' ') k += c;
+  }
+  return k == "shmsize";
+}
+
+// Every scalar under `n`, lower-cased, joined (bounded). URLs are left out:
+// "http://vllm:8000" names a service the container talks to, not one it runs.
+void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
+  if (depth > 16 || out->size() > 65536) return;
+  if (n.IsScalar() && n.Scalar().find("://") != std::string::npos) return;
+  if (n.IsScalar()) {
+    *out += Lower(n.Scalar());
+    *out += ' ';
+  } else if (n.IsMap()) {
+    for (const auto& kv : n) {
+      Flatten(kv.first, out, depth + 1);
+      Flatten(kv.second, out, depth + 1);
+    }
+  } else if (n.IsSequence()) {
+    for (const auto& item : n) Flatten(item, out, depth + 1);
+  }
+}
+
+struct Need {
+  bool needs = false;
+  int64_t bytes = 0;
+  std::string reason;
+};
+
+bool HasGpu(const Service& s) {
+  auto rt = s.keys.find("runtime");
+  if (rt != s.keys.end() && rt->second.value.IsScalar() && rt->second.value.Scalar() == "nvidia") return true;
+  auto dep = s.keys.find("deploy");
+  if (dep == s.keys.end()) return false;
+  std::string blob;
+  Flatten(dep->second.value, &blob);
+  return blob.find("gpu") != std::string::npos || blob.find("nvidia") != std::string::npos;
+}
+
+int NumWorkers(const std::string& blob) {
+  for (const char* key : {"num_workers", "num-workers", "numworkers"}) {
+    size_t at = blob.find(key);
+    if (at == std::string::npos) continue;
+    size_t p = at + std::string(key).size();
+    while (p < blob.size() && (blob[p] == '=' || blob[p] == ' ' || blob[p] == ':' || blob[p] == '"')) ++p;
+    int n = 0;
+    while (p < blob.size() && std::isdigit(static_cast<unsigned char>(blob[p])) && n < 100000)
+      n = n * 10 + (blob[p++] - '0');
+    if (n > 0) return n;
+  }
+  return 0;
+}
+
+// What a service shows of itself to the workload table (workloads.h): its
+// image, the words of its command and entrypoint, its environment's names,
+// and every scalar of those and of build, working_dir and labels.
+WorkloadSignals Signals(const Service& s) {
+  WorkloadSignals sig;
+  for (const char* k : {"image", "command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
+    auto it = s.keys.find(k);
+    if (it != s.keys.end()) Flatten(it->second.value, &sig.text);
+  }
+  if (auto it = s.keys.find("image"); it != s.keys.end() && it->second.value.IsScalar()) {
+    sig.image = Lower(it->second.value.Scalar());
+  }
+  for (const char* k : {"entrypoint", "command"}) {
+    auto it = s.keys.find(k);
+    if (it == s.keys.end()) continue;
+    const YAML::Node& v = it->second.value;
+    if (v.IsScalar()) AddCommandWords(v.Scalar(), true, &sig);
+    if (!v.IsSequence()) continue;
+    bool first = true;
+    for (const auto& item : v) {
+      if (!item.IsScalar()) continue;
+      AddCommandWords(item.Scalar(), first, &sig);
+      first = false;
+    }
+  }
+  if (auto env = s.keys.find("environment"); env != s.keys.end()) {
+    for (const auto& item : env->second.value) {
+      if (env->second.value.IsMap() && item.first.IsScalar()) sig.env_keys.push_back(Lower(item.first.Scalar()));
+      if (env->second.value.IsSequence() && item.IsScalar()) {
+        sig.env_keys.push_back(Lower(item.Scalar().substr(0, item.Scalar().find('='))));
+      }
+    }
+  }
+  return sig;
+}
+
+// Which workloads of the table a service shows, and the size that serves them.
+Need Evidence(const Service& s) {
+  WorkloadSignals sig = Signals(s);
+  Need need;
+  auto add = [&](const std::string& why, int64_t bytes) {
+    need.needs = true;
+    need.bytes = std::max(need.bytes, bytes);
+    need.reason += (need.reason.empty() ? "" : ", ") + why;
+  };
+  for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
+    add("uses " + std::string(w->name) + " (at 64MiB: " + w->symptom + ")", w->bytes);
+  }
+  if (int n = NumWorkers(sig.text))
+    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB));
+  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB);
+  return need;
+}
+
+bool IsShmPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path == "/dev/shm";
+}
+
+// A volumes item that binds the host's /dev/shm over the container's:
+// "/dev/shm:/dev/shm[:mode]" or {type: bind, source: /dev/shm, target: /dev/shm}.
+bool IsHostShmBind(const YAML::Node& item) {
+  if (item.IsScalar()) {
+    const std::string& v = item.Scalar();
+    size_t c1 = v.find(':');
+    if (c1 == std::string::npos) return false;
+    size_t c2 = v.find(':', c1 + 1);
+    return IsShmPath(v.substr(0, c1)) &&
+           IsShmPath(v.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1));
+  }
+  if (!item.IsMap()) return false;
+  auto scalar = [&](const char* k) { return item[k] && item[k].IsScalar() ? item[k].Scalar() : std::string(); };
+  return scalar("type") == "bind" && IsShmPath(scalar("source")) && IsShmPath(scalar("target"));
+}
+
+// Whether the service mounts a tmpfs of its own at /dev/shm (tmpfs:, or a
+// volumes item of type tmpfs): sized by hand, not by shm_size.
+bool HasShmTmpfs(const Service& s) {
+  if (auto t = s.keys.find("tmpfs"); t != s.keys.end()) {
+    const YAML::Node& v = t->second.value;
+    auto at_shm = [](const YAML::Node& n) {
+      return n.IsScalar() && IsShmPath(n.Scalar().substr(0, n.Scalar().find(':')));
+    };
+    if (at_shm(v)) return true;
+    if (v.IsSequence() && std::any_of(v.begin(), v.end(), at_shm)) return true;
+  }
+  auto vols = s.keys.find("volumes");
+  if (vols == s.keys.end() || !vols->second.value.IsSequence()) return false;
+  for (const auto& item : vols->second.value) {
+    if (item.IsMap() && item["type"] && item["type"].IsScalar() && item["type"].Scalar() == "tmpfs" && item["target"] &&
+        item["target"].IsScalar() && IsShmPath(item["target"].Scalar())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The host /dev/shm binds of a service, in each file that declares its volumes.
+std::vector<std::pair<std::string, YAML::Node>> HostShmBinds(const Service& s) {
+  std::vector<std::pair<std::string, YAML::Node>> out;
+  for (const auto& [file, node] : s.nodes) {
+    YAML::Node vols = node["volumes"];
+    if (!vols || !vols.IsSequence()) continue;
+    for (const auto& item : vols) {
+      if (IsHostShmBind(item)) out.emplace_back(file, item);
+    }
+  }
+  return out;
+}
+
+std::string ComposeSizeText(int64_t bytes) {
+  if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "gb";
+  return std::to_string((bytes + kMiB - 1) / kMiB) + "mb";
+}
+
+std::string IpcMode(const Service& s) {
+  auto it = s.keys.find("ipc");
+  return it != s.keys.end() && it->second.value.IsScalar() ? it->second.value.Scalar() : "";
+}
+
+// Whether the service's build Dockerfile runs PyTorch tests (read only when
+// the options read side files; unreadable: no).
+bool DockerfileRunsTorchTests(const Service& s, const ComposeCheckOptions& o) {
+  auto b = s.keys.find("build");
+  if (b == s.keys.end() || !o.read_side_files) return false;
+  std::string context = ".", dockerfile = "Dockerfile";
+  if (b->second.value.IsScalar()) context = b->second.value.Scalar();
+  if (b->second.value.IsMap()) {
+    if (b->second.value["context"] && b->second.value["context"].IsScalar())
+      context = b->second.value["context"].Scalar();
+    if (b->second.value["dockerfile"] && b->second.value["dockerfile"].IsScalar()) {
+      dockerfile = b->second.value["dockerfile"].Scalar();
+    }
+  }
+  Result<std::string> text = ReaderOf(o)(Join(Join(DirOf(b->second.file), context), dockerfile), 1 << 20);
+  if (!text.ok()) return false;
+  std::string t = Lower(*text);
+  return t.find("torch") != std::string::npos &&
+         (t.find("pytest") != std::string::npos || t.find("unittest") != std::string::npos);
+}
+
+void Add(ComposeReport* r, FindingCode code, Severity sev, std::string service, SourcePos pos, std::string msg,
+         std::string suggestion) {
+  r->findings.push_back({code, sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion)});
+}
+
+// Misplaced or misspelled shm keys inside `map` (a service, its deploy or environment).
+void CheckKeys(const YAML::Node& map, const std::string& file, const std::string& svc, const std::string& where,
+               ComposeReport* r) {
+  if (map.IsMap()) {
+    for (const auto& kv : map) {
+      if (!kv.first.IsScalar()) continue;
+      const std::string& k = kv.first.Scalar();
+      if (IsShmSizeMisspelling(k)) {
+        Add(r, FindingCode::kMisspelledKey, Severity::kError, svc, At(file, kv.first),
+            "'" + k + "'" + where + " is not a compose key (docker-compose rejects it); the key is shm_size",
+            "shm_size");
+        // The value is kept by the rename only when it is a size compose accepts.
+        if (kv.second.IsScalar() && !IsComposeSize(kv.second.Scalar()) &&
+            kv.second.Scalar().find('$') == std::string::npos) {
+          Add(r, FindingCode::kInvalidSize, Severity::kError, svc, At(file, kv.second),
+              "'" + k + "' has \"" + kv.second.Scalar() + "\", which is not a size docker-compose accepts", "");
+        }
+      } else if (k == "shm_size" && !where.empty()) {
+        Add(r, FindingCode::kMisplacedShmSize, Severity::kError, svc, At(file, kv.first),
+            "shm_size" + where + " has no effect; it belongs directly under the service", "move it up to the service");
+      }
+    }
+  } else if (map.IsSequence()) {  // environment: ["SHM_SIZE=1g"]
+    for (const auto& item : map) {
+      if (!item.IsScalar()) continue;
+      std::string k = item.Scalar().substr(0, item.Scalar().find('='));
+      if (k == "shm_size" || IsShmSizeMisspelling(k)) {
+        Add(r, FindingCode::kMisplacedShmSize, Severity::kError, svc, At(file, item),
+            "'" + k + "'" + where + " is an environment variable, not the container's /dev/shm size",
+            "shm_size under the service");
+      }
+    }
+  }
+}
+
+// A misspelled shm-size states the intent: renaming it is the fix, not adding one.
+bool HasMisspelledShmSize(const Service& s) {
+  for (const auto& [k, e] : s.keys) {
+    if (IsShmSizeMisspelling(k)) return true;
+  }
+  return false;
+}
+
+// Misplaced or misspelled shm keys of the service, its deploy and its environment, in every file.
+void CheckServiceKeys(const Service& s, ComposeReport* r) {
+  for (const auto& [file, node] : s.nodes) {
+    CheckKeys(node, file, s.name, "", r);
+    if (node["deploy"]) CheckKeys(node["deploy"], file, s.name, " under deploy", r);
+    if (node["environment"]) CheckKeys(node["environment"], file, s.name, " under environment", r);
+  }
+}
+
+// The evidence of the service, raised to twice its measured peak (whole GiB) when that is more.
+Need NeedOf(const Service& s, const ComposeCheckOptions& o, const std::string& project) {
+  Need need = Evidence(s);
+  auto measured = o.measured.find(project + "/" + s.name);
+  if (measured != o.measured.end() && measured->second > 0) {
+    int64_t want = (2 * measured->second + kGiB - 1) / kGiB * kGiB;
+    if (want > need.bytes) {
+      need.bytes = want;
+      need.reason += (need.reason.empty() ? "" : ", ") + std::string("measured peak ") + FormatSize(measured->second);
+      need.needs = true;
+    }
+  }
+  return need;
+}
+
+void CheckHostBinds(const Service& s, const std::vector<std::pair<std::string, YAML::Node>>& binds,
+                    const std::string& suggest, ComposeReport* r) {
+  for (const auto& [file, item] : binds) {
+    Add(r, FindingCode::kHostShmBind, Severity::kWarning, s.name, At(file, item),
+        "binds the host's /dev/shm: the container sees every host segment, has no limit and its files outlive it; "
+        "set shm_size instead",
+        "shm_size: \"" + suggest + "\"");
+  }
+}
+
+// The service's shm_size `e`: a size compose accepts, and not too small for what it needs.
+void CheckShmSizeValue(const Service& s, const Entry& e, const Need& need, const std::string& suggest,
+                       const ComposeCheckOptions& o, ComposeReport* r) {
+  if (!e.value.IsScalar()) {
+    Add(r, FindingCode::kInvalidSize, Severity::kError, s.name, At(e.file, e.value), "shm_size must be a size",
+        suggest);
+    return;
+  }
+  Result<std::string> v = Interpolate(e.value.Scalar(), o.env);
+  Result<int64_t> bytes = v.ok() ? ParseSize(*v) : Result<int64_t>(v.status());
+  if (!v.ok() || !IsComposeSize(*v) || !bytes.ok()) {
+    Add(r, FindingCode::kInvalidSize, Severity::kError, s.name, At(e.file, e.value),
+        "shm_size \"" + e.value.Scalar() + "\" is not a size docker-compose accepts (like 2gb, 512m or bytes)",
+        suggest);
+  } else if (*bytes < o.min_bytes && need.needs) {
+    Add(r, FindingCode::kSizeTooSmall, Severity::kWarning, s.name, At(e.file, e.value),
+        "shm_size " + FormatSize(*bytes) + " is below " + FormatSize(o.min_bytes) + " for a service that " +
+            need.reason,
+        suggest);
+  }
+}
+
+// A service without shm_size: ipc: host used for its /dev/shm, or no size where it needs one.
+void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const std::string& suggest, ComposeReport* r) {
+  std::string ipc = IpcMode(s);
+  if (mounts_shm) {
+    // /dev/shm comes from a mount; a host bind is reported on its own.
+  } else if (ipc == "host" && need.needs) {
+    auto it = s.keys.find("ipc");
+    Add(r, FindingCode::kIpcHostForShm, Severity::kWarning, s.name, At(it->second.file, it->second.value),
+        "ipc: host shares the host's IPC namespace (and /dev/shm) with the container; to get a bigger /dev/shm, "
+        "set shm_size instead",
+        "shm_size: \"" + suggest + "\"");
+  } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
+             !ipc.starts_with("container:") && ipc != "host") {
+    Add(r, FindingCode::kMissingShmSize, Severity::kWarning, s.name, s.pos,
+        "service " + need.reason + " but sets no shm_size: Docker gives it a 64MiB /dev/shm",
+        "shm_size: \"" + suggest + "\"");
+  }
+}
+
+void CheckBuild(const Service& s, const std::string& suggest, const ComposeCheckOptions& o, ComposeReport* r) {
+  auto build = s.keys.find("build");
+  if (build != s.keys.end() && DockerfileRunsTorchTests(s, o) &&
+      !(build->second.value.IsMap() && build->second.value["shm_size"])) {
+    Add(r, FindingCode::kBuildShmSize, Severity::kWarning, s.name, At(build->second.file, build->second.key),
+        "the build runs PyTorch tests but build.shm_size is not set: RUN steps get a 64MiB /dev/shm",
+        "build.shm_size: \"" + suggest + "\"");
+  }
+}
+
+// Every check of one service; its suggested size goes to r->suggestions.
+void CheckService(const Service& s, const ComposeCheckOptions& o, const std::string& project, ComposeReport* r) {
+  CheckServiceKeys(s, r);
+  Need need = NeedOf(s, o, project);
+  std::string suggest = ComposeSizeText(need.bytes ? need.bytes : 2 * kGiB);
+  std::vector<std::pair<std::string, YAML::Node>> binds = HostShmBinds(s);
+  if (need.needs) {
+    r->suggestions[s.name] = {suggest, need.reason};
+  } else if (!binds.empty()) {
+    r->suggestions[s.name] = {suggest, "binds the host's /dev/shm"};
+  }
+  CheckHostBinds(s, binds, suggest, r);
+  auto shm = s.keys.find("shm_size");
+  if (shm != s.keys.end()) {
+    CheckShmSizeValue(s, shm->second, need, suggest, o, r);
+  } else {
+    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, r);
+  }
+  CheckBuild(s, suggest, o, r);
+}
+
+// shm_size at the top level of a file.
+void CheckTopLevel(const LoadedFile& lf, ComposeReport* r) {
+  if (!lf.root["shm_size"] && !lf.root["shm-size"]) return;
+  YAML::Node k = lf.root["shm_size"] ? lf.root["shm_size"] : lf.root["shm-size"];
+  Add(r, FindingCode::kMisplacedShmSize, Severity::kError, "", At(lf.path, k),
+      "shm_size at the top level of the file has no effect; set it under each service", "");
+}
+
+}  // namespace
+
+Result<Checked> ReadAndCheck(const ComposeCheckOptions& o) {
+  Checked c;
+  SHMK_ASSIGN_OR_RETURN(c.project, ReadComposeProject(o));
+  ComposeCheckOptions opts = o;
+  opts.env = c.project.env;
+  c.report.project = c.project.name;
+  for (const LoadedFile& lf : c.project.files) {
+    c.report.files.push_back(lf.path);
+    CheckTopLevel(lf, &c.report);
+  }
+  for (const auto& [name, s] : c.project.services) CheckService(s, opts, c.report.project, &c.report);
+  std::stable_sort(
+      c.report.findings.begin(), c.report.findings.end(), [](const ComposeFinding& a, const ComposeFinding& b) {
+        return std::tie(a.pos.file, a.pos.line, a.pos.column) < std::tie(b.pos.file, b.pos.line, b.pos.column);
+      });
+  return c;
+}
+
+}  // namespace compose
+
+bool IsComposeSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0) return false;
+  if (i < text.size() && text[i] == '.') {
+    size_t start = ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (i == start) return false;
+  }
+  std::string unit = compose::Lower(text.substr(i));
+  static const std::set<std::string> kUnits = {"", "b", "k", "kb", "m", "mb", "g", "gb"};
+  return kUnits.count(unit) > 0;
+}
+
+}  // namespace shmkeeper
