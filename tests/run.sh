@@ -112,10 +112,8 @@ tidy_unit() {
 }
 
 stage_lint() {
-  local n
-  n=$(git ls-files '*.cc' '*.h' '*.c' | tee "$results/c-files" | wc -l)
-  xargs -a "$results/c-files" clang-format --dry-run --Werror
-  echo "clang-format: $n files formatted"
+  git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
+  echo "clang-format: $(git ls-files '*.cc' '*.h' '*.c' | wc -l) files formatted"
 
   local base changed
   base=$(tidy_base)
@@ -149,8 +147,11 @@ stage_lint() {
   cmake --build build -j"$jobs" --target shmkeeper_proto shmkeeper_cri_proto >/dev/null
   echo "clang-tidy: ${#in_build[@]} + ${#in_asan[@]} files changed since $base"
   local tidy=(clang-tidy --quiet --extra-arg=-Wno-unknown-warning-option)
-  [ ${#in_build[@]} -eq 0 ] || printf '%s\n' "${in_build[@]}" | xargs -P"$jobs" -n1 "${tidy[@]}" -p build
-  [ ${#in_asan[@]} -eq 0 ] || printf '%s\n' "${in_asan[@]}" | xargs -P"$jobs" -n1 "${tidy[@]}" -p build-asan
+  local quiet='/^[0-9]+ warnings? generated\.$/d'  # clang-tidy's count of the warnings it did not show
+  [ ${#in_build[@]} -eq 0 ] || printf '%s\n' "${in_build[@]}" | xargs -P"$jobs" -n1 "${tidy[@]}" -p build 2>&1 |
+    sed -E "$quiet"
+  [ ${#in_asan[@]} -eq 0 ] || printf '%s\n' "${in_asan[@]}" | xargs -P"$jobs" -n1 "${tidy[@]}" -p build-asan 2>&1 |
+    sed -E "$quiet"
   [ ${#skipped[@]} -eq 0 ] || echo "clang-tidy: not in a compile database, not checked: ${skipped[*]}"
 }
 
