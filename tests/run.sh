@@ -33,8 +33,8 @@
 #               SHMKEEPER_QUICKSTART=1; named, it always runs
 # A stage that needs a build (unit, e2e, peer: build/; unit-asan, integration,
 # fuzz: build-asan/) first runs that build's stage when the build dir holds no
-# build yet; an existing build is used as it is, so after a change name the
-# build too (tests/run.sh build unit). Both builds use -DSHMKEEPER_WERROR=ON and
+# build yet (no tests/shmkeeper_unit_tests in it); an existing build is used as
+# it is, so after a change name the build too (tests/run.sh build unit). Both builds use -DSHMKEEPER_WERROR=ON and
 # ccache when it is installed (CCACHE_BASEDIR defaults to the checkout, so any
 # clone on this machine hits the same cache; SHMKEEPER_CCACHE=0: no ccache).
 # Each stage prints its wall time; the end prints a table of them and writes it
