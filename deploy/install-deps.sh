@@ -10,7 +10,7 @@ build=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc lib
        protobuf-compiler libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libgtest-dev
        libcli11-dev libspdlog-dev libtomlplusplus-dev)
 runtime=(docker.io containerd runc busybox-static iproute2 util-linux)
-test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format libclang-rt-14-dev lsof git
+test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format clang-tidy libclang-rt-14-dev lsof git
       prometheus tmux podman crun catatonit curl file golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
       debootstrap)
 

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
         snprintf(path, sizeof path, "%s/held_%d_%d", dir, p, f);
         int fd = make_file(path);
         if (fd < 0) _exit(1);
-        if (f % 4 == 0) mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+        if (f % 4 == 0) (void)mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);  // held mapped, on purpose
         if ((f * 100) / per < unlinked_pct) unlink(path);
       }
       if (write(ready[1], "x", 1) != 1) _exit(1);

@@ -61,7 +61,7 @@ TEST(RuntimeArgs, OwnConfigFlagIsStripped) {
 }
 
 TEST(RuntimeArgs, OtherSubcommandsPassThrough) {
-  for (Args a :
+  for (const Args& a :
        {Args{"delete", "--force", "id"}, Args{"--version"}, Args{}, Args{"kill", "id", "9"}, Args{"features"}}) {
     Result<RuntimeArgs> r = ParseRuntimeArgs(a);
     ASSERT_TRUE(r.ok());
