@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "base/event_send.h"
 #include "base/fileutil.h"
@@ -100,6 +101,7 @@ void Report(const Config& config, const std::string& id, const char* level, cons
   std::fprintf(stderr, "shmkeeper-hook: %s\n", s.message().c_str());
   if (std::string(level) == "error") TellTheRuntime("shmkeeper-hook: " + s.message());
   Json rec = {{"level", level}, {"msg", s.message()}, {"container", id}, {"by", "hook"}};
+  // The line is on stderr already: a log that cannot be written loses nothing more.
   (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
 }
 
@@ -114,6 +116,8 @@ int Run(const std::string& config_flag, const std::string& stage_arg) {
   std::string stage = StageOf(stage_arg, *state);
   if (stage == "poststop") {
     Json ev = {{"type", "stopped"}, {"id", state->id}};
+    // Never fails the container: with no agent listening the event is dropped
+    // (the agent's scans find the stop anyway; base/event_send.h).
     (void)SendEvent(config.agent.event_socket, DumpJson(ev));
     return 0;
   }
@@ -121,10 +125,12 @@ int Run(const std::string& config_flag, const std::string& stage_arg) {
     Report(config, state->id, "warning", Status::Invalid("stage \"" + stage + "\" has nothing to do; ignored"));
     return 0;
   }
-  Status s = loaded.ok() ? SizeContainerShm(state->bundle, state->id, config, Applier::kHook, *Os::Default())
+  std::vector<Status> warnings;
+  Status s = loaded.ok() ? SizeContainerShm(state->bundle, state->id, config, Applier::kHook, *Os::Default(), &warnings)
                          : loaded.status();
+  for (const Status& w : warnings) Report(config, state->id, "warning", w);
   if (s.ok()) return 0;
-  if ((s.IsUserError() && loaded.ok()) || config.on_internal_error == OnInternalError::kFail) {
+  if (OutcomeOfFailure(s, loaded.ok(), config) == FailureOutcome::kRefuse) {
     Report(config, state->id, "error", s);
     return 1;
   }

@@ -21,11 +21,6 @@
 namespace shmkeeper {
 namespace {
 
-Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
-  return SizeContainerShm(args.bundle.empty() ? "." : args.bundle, args.container_id, config, Applier::kRuntime,
-                          *Os::Default());
-}
-
 std::string Basename(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 // "crun" or "runc" when one of the arguments after the subcommand names a
@@ -73,9 +68,20 @@ Result<Config> LoadRuntimeConfig(const RuntimeArgs& args) {
 void Report(const RuntimeArgs& args, const Config& config, const char* level, const Status& s) {
   std::string msg = "shmkeeper: " + s.message();
   std::fprintf(stderr, "shmkeeper-runtime: %s\n", s.message().c_str());
+  // The line is on stderr already: a log that cannot be written loses nothing more.
   (void)AppendRuntimeLog(args.log_path, args.log_format, level, msg);
   Json rec = {{"level", level}, {"msg", s.message()}, {"container", args.container_id}};
   (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
+}
+
+// Sizes the container's /dev/shm; problems that do not stop it are reported
+// as warnings here.
+Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
+  std::vector<Status> warnings;
+  Status s = SizeContainerShm(args.bundle.empty() ? "." : args.bundle, args.container_id, config, Applier::kRuntime,
+                              *Os::Default(), &warnings);
+  for (const Status& w : warnings) Report(args, config, "warning", w);
+  return s;
 }
 
 int Main(const std::vector<std::string>& argv) {
@@ -101,8 +107,7 @@ int Main(const std::vector<std::string>& argv) {
   if (args.Intercepts()) {
     Status s = loaded.ok() ? PrepareContainer(args, config) : loaded.status();
     if (!s.ok()) {
-      bool fatal = s.IsUserError() && loaded.ok();
-      if (fatal || config.on_internal_error == OnInternalError::kFail) {
+      if (OutcomeOfFailure(s, loaded.ok(), config) == FailureOutcome::kRefuse) {
         Report(args, config, "error", s);
         return 1;
       }

@@ -24,7 +24,7 @@ std::string ExecutableDir() {
 }  // namespace
 
 Status SizeContainerShm(const std::string& bundle, const std::string& container_id, const Config& config, Applier who,
-                        Os& os) {
+                        Os& os, std::vector<Status>* warnings) {
   SHMK_ASSIGN_OR_RETURN(Spec spec, Spec::Load(bundle));
   SHMK_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(spec, config, container_id, os));
   if (who == Applier::kHook && plan.target.shape == ShmShape::kSpecTmpfs) {
@@ -46,10 +46,17 @@ Status SizeContainerShm(const std::string& bundle, const std::string& container_
   }
   if (edited) SHMK_RETURN_IF_ERROR(spec.Save());
   if (plan.action != ShmAction::kSkip) {
-    (void)WriteSizingRecord(bundle, SizingRecordOf(plan, who == Applier::kHook ? "hook" : "runtime"));
+    Status written = WriteSizingRecord(bundle, SizingRecordOf(plan, who == Applier::kHook ? "hook" : "runtime"));
+    if (!written.ok()) warnings->push_back(written.WithContext("sizing record (the agent shows no sizedBy)"));
   }
-  (void)AppendJsonLine(config.log.path, record, LogLevel::kInfo, config.log.level);
+  Status logged = AppendJsonLine(config.log.path, record, LogLevel::kInfo, config.log.level);
+  if (!logged.ok()) warnings->push_back(logged.WithContext("decision log"));
   return Status::Ok();
+}
+
+FailureOutcome OutcomeOfFailure(const Status& failure, bool config_loaded, const Config& config) {
+  if (failure.IsUserError() && config_loaded) return FailureOutcome::kRefuse;
+  return config.on_internal_error == OnInternalError::kFail ? FailureOutcome::kRefuse : FailureOutcome::kPassThrough;
 }
 
 }  // namespace shmkeeper

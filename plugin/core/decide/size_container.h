@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/os.h"
 #include "base/status.h"
@@ -15,8 +16,19 @@ namespace shmkeeper {
 enum class Applier { kRuntime, kHook };
 
 // kInvalidArgument for bad user input (the container must not start);
-// anything else is internal (the caller applies onInternalError).
+// anything else is internal (the caller applies FailureOutcome). Problems that
+// do not stop the container (the sizing record or the decision log could not
+// be written) are appended to `warnings` for the caller to report.
+// REQUIRES: warnings != nullptr.
 Status SizeContainerShm(const std::string& bundle, const std::string& container_id, const Config& config, Applier who,
-                        Os& os);
+                        Os& os, std::vector<Status>* warnings);
+
+// What the wrapper and the hook do when sizing failed with `failure` (not OK).
+enum class FailureOutcome { kRefuse, kPassThrough };
+
+// The one policy for both: bad user input refuses the container when the
+// config was loaded (`config_loaded`); any other failure refuses it only under
+// `onInternalError: fail`, else the container goes on as the engine made it.
+FailureOutcome OutcomeOfFailure(const Status& failure, bool config_loaded, const Config& config);
 
 }  // namespace shmkeeper

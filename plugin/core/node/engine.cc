@@ -243,6 +243,7 @@ std::vector<CriSandbox> Agent::Reconcile() {
     bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;
     bool new_error = !r.status.ok() && reported_.insert(r.sandbox_id + "\n" + r.status.message()).second;
     if ((resized || new_error) && reconciler_.report) reconciler_.report(r);
+    if (!r.record.ok()) WarnOnce({"sandbox " + r.sandbox_id + ": " + r.record.WithContext("sizing record").message()});
   }
   return sandboxes.ok() ? std::move(*sandboxes) : std::vector<CriSandbox>();
 }

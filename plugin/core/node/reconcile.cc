@@ -37,7 +37,7 @@ ReconcileResult ReconcileOne(const CriSandbox& sb, const ContainerRecord& c, con
   r.plan = *plan;
   if (plan->action != ShmAction::kResize) return r;
   r.status = ApplyShm(*plan, &*spec, os);
-  if (r.status.ok()) (void)WriteSizingRecord(c.bundle, SizingRecordOf(*plan, "reconcile"));
+  if (r.status.ok()) r.record = WriteSizingRecord(c.bundle, SizingRecordOf(*plan, "reconcile"));
   return r;
 }
 

@@ -41,6 +41,7 @@ struct ReconcileResult {
   std::string ns, name;
   ShmPlan plan;   // valid when status is OK
   Status status;  // a bad annotation, an unmanaged shm, a failed remount
+  Status record;  // writing the sizing record after a resize (failed: no sizedBy)
 };
 
 // Plans and applies the size of every ready sandbox found in `containers`
