@@ -40,7 +40,7 @@ size_t BatchSize() {
 }
 // Between the quarantine renames and the final checks: an open(2) that looked
 // the old name up just before the rename reaches the inode (and so the lease)
-// within this time unless it is descheduled for longer (README).
+// within this time unless it is descheduled for longer (docs/reclaim-safety.md, "The residual race, and crashes").
 constexpr auto kSettle = std::chrono::milliseconds(20);
 
 // The pod's shm root through which files can be removed: the access

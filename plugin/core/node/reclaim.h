@@ -1,5 +1,5 @@
 // Safe reclaim of leaked shared memory: a protocol that cannot remove a file
-// that any process holds, by construction (README, "Why reclaim is safe").
+// that any process holds, by construction (docs/reclaim-safety.md).
 //
 // For each candidate (a `leaked` verdict of the latest scan), in batches:
 //  1. Claim: open the file by name without following symlinks, check it is
@@ -47,7 +47,7 @@ struct ReclaimOutcome {
   std::vector<SkippedLeak> skipped;
   int64_t freed_bytes = 0;
   // Removed, but an open(2) that had looked the name up before the
-  // quarantine rename reached the inode after the last check (see README).
+  // quarantine rename reached the inode after the last check (see docs/reclaim-safety.md).
   int64_t raced = 0;
 };
 

@@ -14,7 +14,7 @@
  * pinned), turned into a wait the producer can bound.
  *
  * Legacy CUDA IPC works only between processes that share a PID namespace
- * (containers: shareProcessNamespace / --pid, see the README); the consumer
+ * (containers: shareProcessNamespace / --pid, see docs/sharing-runtime.md); the consumer
  * table uses the same pids. Built only when the CUDA toolkit is found
  * (libshmkeeper_share_cuda, links cudart).
  *
