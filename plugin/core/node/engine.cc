@@ -350,7 +350,7 @@ void Agent::RecordReclaim(const ReclaimOutcome& out) {
   if (out.raced) {
     log_(LogLevel::kError, std::to_string(out.raced) +
                                " removed file(s) were opened by a process whose lookup preceded the quarantine "
-                               "rename (see README, Why reclaim is safe)");
+                               "rename (see docs/reclaim-safety.md)");
   }
   reclaimed_total_ += static_cast<int64_t>(out.reclaimed.size());
   reclaimed_bytes_total_ += out.freed_bytes;
