@@ -99,7 +99,11 @@ def start_holders(tmp, shm, rng, seed):
     _, sub_leaks = make_leaks(sub, 100, "s")
     _, sub_held = make_leaks(sub, rng.randint(5, 15), "hd")
     held.extend(sub_held)
-    holders.append(Holder(tmp, "private-fd-sub", "private-fd", *t, *sub_held))
+    # Its names are back only once dir-swap has swapped the directory back at the end of its own
+    # clock, which starts later than this holder's under load: wait up to 30 s for them (a removed
+    # file is still caught at once by its link count).
+    t_sub = ["-t", HOLD_SECONDS, "-s", seed, "-w", 30]
+    holders.append(Holder(tmp, "private-fd-sub", "private-fd", *t_sub, *sub_held))
     for p in sub_leaks + sub_held:
         (outside / p.name).write_bytes(b"o" * 4096)
     holders.append(Holder(tmp, "dir-swap", "swap", *t, "-p", sub, "-v", outside))
