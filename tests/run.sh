@@ -106,7 +106,7 @@ tidy_unit() {
   case "$f" in
     *.h)
       for ext in cc c; do [ -f "$stem.$ext" ] && { echo "$stem.$ext"; return; }; done
-      git grep -l -E "#include \"([^\"]*/)?$(basename "$f")\"" -- '*.cc' '*.c' | head -1 ;;
+      git grep -l -E "#include \"([^\"]*/)?$(basename "$f")\"" -- '*.cc' '*.c' | sed -n 1p ;;  # sed reads all: no SIGPIPE under pipefail
     *) echo "$f" ;;
   esac
 }
