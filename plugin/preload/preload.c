@@ -2,10 +2,15 @@
  * containers with LD_PRELOAD.
  *
  * It changes a program's behaviour in exactly two ways:
- *   1. Growing a file on the /dev/shm tmpfs with ftruncate/ftruncate64
- *      reserves the pages first (fallocate). A full /dev/shm then fails the
- *      call with ENOSPC and one line on stderr, instead of a SIGBUS at the
- *      first touch of a page that cannot be allocated.
+ *   1. Growing a file on the /dev/shm tmpfs with ftruncate/ftruncate64 by
+ *      more than the tmpfs has free (fstatfs, in whole pages) fails the call
+ *      with ENOSPC and one line on stderr, the file untouched, instead of a
+ *      SIGBUS at the first touch of a page that cannot be allocated. A growth
+ *      that fits is the plain call: no page allocated, nothing charged. Only
+ *      with SHMKEEPER_PRELOAD_RESERVE=1 (opt-in) is the whole size reserved
+ *      (fallocate) at ftruncate time: memory the program may never touch,
+ *      charged to its cgroup at once, for the guarantee that every page it
+ *      was given is backed.
  *   2. Creating or unlinking a segment (shm_open with O_CREAT, shm_unlink,
  *      open/openat/creat with O_CREAT under /dev/shm, memfd_create) sends one
  *      datagram to the agent's event socket, non-blocking, dropped when no
@@ -32,6 +37,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -78,7 +86,7 @@ static struct {
   memfd_create_fn memfd_create;
 } next;
 
-static int reserve_off;            /* SHMKEEPER_PRELOAD_RESERVE=0 */
+static int reserve_on;             /* SHMKEEPER_PRELOAD_RESERVE=1|true|yes: fallocate at ftruncate */
 static struct sockaddr_un ev_addr; /* the agent's event socket */
 static socklen_t ev_addr_len;      /* 0: no events (before the constructor, or a bad path) */
 
@@ -86,7 +94,7 @@ __attribute__((constructor)) static void shmk_init(void) {
   const char* v = getenv("SHMKEEPER_PRELOAD_RESERVE");
   const char* sock = getenv("SHMKEEPER_EVENT_SOCKET");
   size_t len;
-  reserve_off = v && (!strcmp(v, "0") || !strcmp(v, "false"));
+  reserve_on = v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes"));
   if (!sock || !*sock) sock = DEFAULT_EVENT_SOCKET;
   len = strlen(sock);
   if (len < sizeof ev_addr.sun_path) {
@@ -195,8 +203,10 @@ static int is_on_dev_shm(const struct stat* st) {
 
 /* ---- the ENOSPC message ------------------------------------------------- */
 
-static void explain_enospc(int fd, long long want) {
-  char link[48] = "/proc/self/fd/", name[512], line[1024];
+/* One line on stderr: `what` ("reserve" or "fit") `want` bytes (`more` of them
+ * new) for the file behind `fd`, and what its tmpfs has. */
+static void explain_enospc(int fd, const char* what, unsigned long long want, unsigned long long more) {
+  char link[48] = "/proc/self/fd/", name[512], line[1200];
   char *p = link + strlen(link), *end = link + sizeof link;
   struct statfs fs;
   long len;
@@ -206,8 +216,15 @@ static void explain_enospc(int fd, long long want) {
   if (syscall(SYS_fstatfs, fd, &fs) != 0) memset(&fs, 0, sizeof fs);
   p = line;
   end = line + sizeof line;
-  put(&p, end, "shmkeeper: cannot reserve ");
-  put_size(&p, end, (unsigned long long)want);
+  put(&p, end, "shmkeeper: cannot ");
+  put(&p, end, what);
+  put(&p, end, " ");
+  put_size(&p, end, more);
+  if (more != want) {
+    put(&p, end, " more (to ");
+    put_size(&p, end, want);
+    put(&p, end, ")");
+  }
   put(&p, end, " for ");
   put(&p, end, name[0] ? name : "a shared-memory file");
   put(&p, end, ": /dev/shm has ");
@@ -220,29 +237,69 @@ static void explain_enospc(int fd, long long want) {
   (void)!syscall(SYS_write, 2, line, (size_t)(p - line));
 }
 
-/* ---- ftruncate: reserve, don't SIGBUS ------------------------------------ */
+/* ---- ftruncate: ENOSPC now, not SIGBUS later ----------------------------- */
 
-/* 1: reserved, the file now has `length` bytes; 0: not reserved, the plain
- * call decides; -1: failed with errno set as ftruncate would (ENOSPC,
- * reported; EFBIG, whose SIGXFSZ the kernel already sent). */
-static int grow_reserved(int fd, long long length) {
+static unsigned long long pages(unsigned long long bytes, unsigned long long page) {
+  return bytes / page + (bytes % page != 0);
+}
+
+/* Whether the plain ftruncate(fd, length) would fail before the file system
+ * is asked for room, as the kernel checks in do_sys_ftruncate and
+ * inode_newsize_ok: a descriptor not open for writing (EINVAL, or EBADF for
+ * O_PATH), an append-only inode (EPERM), RLIMIT_FSIZE (SIGXFSZ and EFBIG).
+ * Then that error is the caller's, never our ENOSPC. Spent only on the way to
+ * ENOSPC, never on a call that fits. */
+static int plain_call_fails_first(int fd, long long length) {
+  struct rlimit fsize;
+  long fl = syscall(SYS_fcntl, fd, F_GETFL);
+  int attr = 0;
+  if (fl < 0 || (fl & O_PATH) || (fl & O_ACCMODE) == O_RDONLY) return 1;
+  if ((fl & O_APPEND) && syscall(SYS_ioctl, fd, FS_IOC_GETFLAGS, &attr) == 0 && (attr & FS_APPEND_FL)) return 1;
+  if (syscall(SYS_prlimit64, 0, RLIMIT_FSIZE, NULL, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY &&
+      (unsigned long long)length > fsize.rlim_cur) {
+    return 1;
+  }
+  return 0;
+}
+
+/* Before ftruncate(fd, length). 1: done here, the file now has `length`
+ * bytes (reservation mode); 0: the plain call decides; -1: failed with errno
+ * set as ftruncate would (ENOSPC, reported; EFBIG, whose SIGXFSZ the kernel
+ * already sent). Without the reservation, a growth of the file on /dev/shm by
+ * more pages than its tmpfs has free is ENOSPC with nothing changed; any other
+ * call is the plain one. The free space is read at this instant: two growers
+ * that each fit can still, together, overfill it later (the reservation mode
+ * closes that). */
+static int before_grow(int fd, long long length) {
   struct stat st;
+  struct statfs fs;
+  unsigned long long need, page;
   long r;
-  if (length <= 0 || reserve_off || syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) || length <= st.st_size) {
+  if (length <= 0 || syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) || length <= st.st_size) return 0;
+  if (LOAD(reserve_on)) {
+    do {
+      r = syscall(SYS_fallocate, fd, 0, (off_t)0, (off_t)length);
+    } while (r != 0 && errno == EINTR);
+    if (r == 0) return 1; /* fallocate mode 0 also set the size to `length` */
+    if (errno == ENOSPC) explain_enospc(fd, "reserve", (unsigned long long)length, (unsigned long long)length);
+    if (errno == ENOSPC || errno == EFBIG) return -1;
+    return 0; /* EBADF (read-only fd: ftruncate says EINVAL), EPERM (seals), ...: the plain call's errno */
+  }
+  /* f_blocks 0: a tmpfs without a size limit (size=0), nothing to check */
+  if (syscall(SYS_fstatfs, fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC_ || fs.f_bsize <= 0 || fs.f_blocks == 0) {
     return 0;
   }
-  do {
-    r = syscall(SYS_fallocate, fd, 0, (off_t)0, (off_t)length);
-  } while (r != 0 && errno == EINTR);
-  if (r == 0) return 1; /* fallocate mode 0 also set the size to `length` */
-  if (errno == ENOSPC) explain_enospc(fd, length);
-  if (errno == ENOSPC || errno == EFBIG) return -1;
-  return 0; /* EBADF (read-only fd: ftruncate says EINVAL), EPERM (seals), ...: the plain call's errno */
+  page = (unsigned long long)fs.f_bsize;
+  need = pages((unsigned long long)length, page) - pages((unsigned long long)st.st_size, page);
+  if (need <= (unsigned long long)fs.f_bavail || plain_call_fails_first(fd, length)) return 0;
+  explain_enospc(fd, "fit", (unsigned long long)length, (unsigned long long)(length - st.st_size));
+  errno = ENOSPC;
+  return -1;
 }
 
 SHMK_EXPORT int ftruncate(int fd, off_t length) {
   int saved = errno;
-  switch (grow_reserved(fd, (long long)length)) {
+  switch (before_grow(fd, (long long)length)) {
     case 1:
       errno = saved;
       return 0;

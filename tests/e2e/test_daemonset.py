@@ -425,7 +425,7 @@ def test_workload_pods_get_their_size_and_the_preload(kubelet, rendered, agent_p
                    what="the glibc pod's output")
     assert "stdout F /run/shmkeeper/libshmkeeper-preload.so" in log, log
     assert "ftruncate: errno 28" in log and "exit=28" in log, log  # ENOSPC, not SIGBUS (exit=135)
-    assert "shmkeeper: cannot reserve 64.0 MiB for /dev/shm/big" in log, log
+    assert "shmkeeper: cannot fit 64.0 MiB for /dev/shm/big" in log, log
 
     # The agent in the DaemonSet pod reports the pod; `shmkeeper pods` on the node reaches its socket at the
     # host path the manifest mounts (/run/shmkeeper/agent.sock).

@@ -203,7 +203,7 @@ def test_wrapper_in_front_of_crun_sizes_and_injects_the_preload(wrapped_crun):
     assert p.stdout.strip() == "/run/shmkeeper/libshmkeeper-preload.so"
     p = wrapped_run(pm, "--env", "SHMKEEPER_SHM_SIZE=32m", "localhost/shmk-glibc:test", "shmgrow", "create", "seg", "64")
     assert p.returncode == 28, (p.returncode, p.stdout, p.stderr)
-    assert "shmkeeper: cannot reserve 64.0 MiB for /dev/shm/seg" in p.stderr
+    assert "shmkeeper: cannot fit 64.0 MiB for /dev/shm/seg" in p.stderr
     p = wrapped_run(pm, "localhost/shmk-glibc:test", "df", "-k", "/dev/shm")
     assert df_kib(p.stdout) == kib(POLICY)
     decisions = [json.loads(line) for line in pm.log.read_text().splitlines() if '"shm decision"' in line]

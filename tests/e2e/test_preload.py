@@ -33,7 +33,7 @@ def test_python_shared_memory_gets_oserror_28_not_sigbus(docker_engine, glibc_im
                              "/usr/bin/python3", "-c", SHARED_MEMORY, check=False)
     assert p.returncode == 0, p.stderr
     assert "OSError errno 28" in p.stdout
-    assert "shmkeeper: cannot reserve 64.0 MiB for /dev/shm/psm_" in p.stderr
+    assert "shmkeeper: cannot fit 64.0 MiB for /dev/shm/psm_" in p.stderr
     assert "shmkeeper.io/shm-size" in p.stderr and "SHMKEEPER_SHM_SIZE" in p.stderr
     # The same program without the sharing runtime dies of SIGBUS when it touches the pages.
     p = docker_engine.docker("run", "--rm", "-e", "SHMKEEPER_SHM_SIZE=32m", "-e", "SHMKEEPER_INJECT=0", *HOST_LIBS,
@@ -45,7 +45,7 @@ def test_c_program_gets_enospc_not_sigbus(docker_engine, glibc_image):
     p = docker_engine.docker("run", "--rm", "-e", "SHMKEEPER_SHM_SIZE=32m", glibc_image,
                              "shmgrow", "create", "big", "64", check=False)
     assert p.returncode == 28 and "ftruncate: errno 28" in p.stdout, (p.returncode, p.stdout, p.stderr)
-    assert "shmkeeper: cannot reserve 64.0 MiB for /dev/shm/big" in p.stderr
+    assert "shmkeeper: cannot fit 64.0 MiB for /dev/shm/big" in p.stderr
     p = docker_engine.docker("run", "--rm", "-e", "SHMKEEPER_SHM_SIZE=32m", "-e", "SHMKEEPER_INJECT=0", glibc_image,
                              "shmgrow", "create", "big", "64", check=False)
     assert p.returncode == 135, (p.returncode, p.stdout, p.stderr)
@@ -74,7 +74,7 @@ def test_containers_plain_runc_starts_start_and_volumes_stay_untouched(docker_en
     # the preload is there (elsewhere when /run is the container's) and works: ENOSPC, not SIGBUS
     where = "/run/shmkeeper" if opts == ["--read-only"] else "/.shmkeeper"
     assert lines[0] == f"{where}/libshmkeeper-preload.so", (p.returncode, p.stdout, p.stderr)
-    assert p.returncode == 28 and "shmkeeper: cannot reserve 64.0 MiB" in p.stderr, (p.returncode, p.stderr)
+    assert p.returncode == 28 and "shmkeeper: cannot fit 64.0 MiB" in p.stderr, (p.returncode, p.stderr)
     assert sorted(x.name for x in vol.iterdir()) == ["mine"]  # nothing created in the volume on the host
     if "--tmpfs" in args:
         assert lines[1].strip() == ""  # nothing created in the container's tmpfs either

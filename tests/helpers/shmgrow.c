@@ -2,6 +2,9 @@
  *   shmgrow create NAME MIB   shm_open+ftruncate+mmap, then write every page; "ok"
  *   shmgrow leak NAME MIB     create and size it, print "creator <pid>", live 300 ms
  *                             (a creator is killed later than it creates), SIGKILL itself
+ *   shmgrow sparse NAME MIB   shm_open+ftruncate+mmap, touch the first and the last page only;
+ *                             prints "ok" and how much of /dev/shm is in use ("used <KiB>"),
+ *                             leaves the segment (the container's cgroup keeps its charge)
  *   shmgrow env               print LD_PRELOAD (or "none")
  *   shmgrow bench N           N cycles of shm_open/ftruncate(4 KiB)/mmap/munmap/shm_unlink;
  *                             prints the CPU nanoseconds per cycle (user + system: what a
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,7 +120,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc < 4) {
-    fprintf(stderr, "usage: shmgrow create|leak NAME MIB | env | bench N | bench-open N | cancel open|openat FIFO\n");
+    fprintf(stderr, "usage: shmgrow create|leak|sparse NAME MIB | env | bench N | bench-open N | cancel open|openat FIFO\n");
     return 2;
   }
   size_t bytes = (size_t)atol(argv[3]) << 20;
@@ -131,6 +135,14 @@ int main(int argc, char** argv) {
   if (m == MAP_FAILED) {
     perror("mmap");
     return 2;
+  }
+  if (!strcmp(argv[1], "sparse")) {
+    struct statvfs vfs;
+    m[0] = 1;
+    m[bytes - 1] = 1;
+    if (statvfs("/dev/shm", &vfs) != 0) return 2;
+    printf("ok\nused %llu\n", (unsigned long long)(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize / 1024);
+    return 0;
   }
   for (size_t off = 0; off < bytes; off += 4096) m[off] = 1;
   printf("ok\n");

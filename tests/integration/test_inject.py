@@ -51,7 +51,7 @@ def test_full_shm_is_enospc_with_the_preload_and_sigbus_without(env, glibc):
     p = wrapped(env, bundle(env, glibc, "a", ["shmgrow", "create", "seg", "64"], env_vars=small), "c-enospc")
     assert p.returncode == 28, (p.returncode, p.stdout, p.stderr)
     assert "ftruncate: errno 28" in p.stdout
-    assert "shmkeeper: cannot reserve 64.0 MiB for /dev/shm/seg: /dev/shm has 32.0 MiB free of 32.0 MiB" in p.stderr
+    assert "shmkeeper: cannot fit 64.0 MiB for /dev/shm/seg: /dev/shm has 32.0 MiB free of 32.0 MiB" in p.stderr
     assert "shmkeeper.io/shm-size" in p.stderr and "SHMKEEPER_SHM_SIZE" in p.stderr
     assert last_decision(env)["preload"] == "preload"
     p = wrapped(env, bundle(env, glibc, "b", ["shmgrow", "create", "seg", "64"],
@@ -147,7 +147,7 @@ def test_a_run_volume_is_left_alone_and_the_preload_goes_elsewhere(env, glibc, m
     # and the preload works from there
     p = wrapped(env, oci_bundle(env.tmp / "v2", glibc, ["shmgrow", "create", "seg", "64"],
                                 mounting(bind("/run", vol, mode)), ["SHMKEEPER_SHM_SIZE=32m"]), "c-vol2-" + mode)
-    assert p.returncode == 28 and "shmkeeper: cannot reserve" in p.stderr, (p.returncode, p.stderr)
+    assert p.returncode == 28 and "shmkeeper: cannot fit" in p.stderr, (p.returncode, p.stderr)
 
 
 def test_a_tmpfs_at_run_stays_empty(env, glibc):

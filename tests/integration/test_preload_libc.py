@@ -1,5 +1,5 @@
-"""libshmkeeper-preload.so is indistinguishable from libc except for the
-reservation: the same program run with and without LD_PRELOAD on this host's
+"""libshmkeeper-preload.so is indistinguishable from libc except for ENOSPC
+instead of SIGBUS: the same program run with and without LD_PRELOAD on this host's
 glibc and kernel gives the same results, for the cases the interposition
 touches (open/openat/creat/shm_open with O_CREAT under /dev/shm and around
 it), stays a pthread cancellation point, keeps fs.protected_regular and
@@ -208,6 +208,119 @@ def test_opening_an_existing_file_is_not_a_creation(tmp_path, shm_dir):
     finally:
         agent.close()
     assert got == [{"type": "create", "path": f"{shm_dir}/fresh"}]
+
+
+# ftruncate's cases, run in a private mount namespace whose /dev/shm is a
+# 16 MiB tmpfs: one JSON object, the errno name (or "ok") of each call, the
+# file's size and allocated KiB after it, and /dev/shm's used KiB.
+FTRUNCATE = r"""
+import ctypes, errno, json, os, resource, signal
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ftruncate.argtypes = libc.ftruncate64.argtypes = [ctypes.c_int, ctypes.c_long]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+MiB = 1 << 20
+def used():
+    v = os.statvfs("/dev/shm")
+    return (v.f_blocks - v.f_bfree) * v.f_frsize // 1024
+def call(fd, length, fn=libc.ftruncate):
+    ctypes.set_errno(4242)  # a success must leave errno as it was
+    r = fn(fd, length)
+    e = ctypes.get_errno()
+    return "ok" if r == 0 and e == 4242 else f"ok, errno {e}" if r == 0 else errno.errorcode.get(e, str(e))
+def state(fd):
+    st = os.fstat(fd)
+    return [st.st_size, st.st_blocks // 2]
+out = {}
+def case(name, path, flags, *lengths, fn=libc.ftruncate, size=0):
+    if path.startswith("/dev/shm/") and size:
+        with open(path, "wb") as f:
+            f.truncate(size)
+    fd = os.open(path, flags, 0o600)
+    out[name] = [call(fd, n, fn) for n in lengths] + state(fd) + [used()]
+    os.close(fd)
+    if os.path.exists(path) and not path.endswith("/keep"):
+        os.unlink(path)
+RW = os.O_CREAT | os.O_RDWR
+case("grow within the free space", "/dev/shm/a", RW, 12 * MiB)
+case("grow, then grow again past it", "/dev/shm/b", RW, 12 * MiB, 30 * MiB)
+case("grow in steps that each fit", "/dev/shm/c", RW, 12 * MiB, 24 * MiB)
+case("shrink", "/dev/shm/d", RW, 12 * MiB, 4 * MiB, 0)
+case("ftruncate64", "/dev/shm/e", RW, 12 * MiB, fn=libc.ftruncate64)
+case("negative", "/dev/shm/f", RW, -1)
+case("read-only descriptor, past the free space", "/dev/shm/g", os.O_RDONLY, 64 * MiB, size=1)
+case("O_PATH descriptor, past the free space", "/dev/shm/h", os.O_PATH, 64 * MiB, size=1)
+resource.setrlimit(resource.RLIMIT_FSIZE, (32 * MiB, resource.RLIM_INFINITY))
+case("past RLIMIT_FSIZE and the free space", "/dev/shm/i", RW, 40 * MiB)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+case("a file not on /dev/shm", "/tmp/shmk-ftruncate-" + str(os.getpid()), RW, 64 * MiB)
+m = os.memfd_create("x")
+out["memfd past /dev/shm's free space"] = [call(m, 64 * MiB)] + state(m)
+os.close(m)
+fd = os.open("/dev/shm/j", RW, 0o600)
+try:
+    os.posix_fallocate(fd, 0, 64 * MiB)
+    out["posix_fallocate past the free space"] = ["ok"] + state(fd) + [used()]
+except OSError as e:
+    out["posix_fallocate past the free space"] = [errno.errorcode[e.errno]] + state(fd) + [used()]
+os.close(fd)
+os.unlink("/dev/shm/j")
+case("past the free space", "/dev/shm/k", RW, 20 * MiB)
+print(json.dumps(out))
+"""
+
+
+def run_in_small_shm(code, env):
+    """`code` in a private mount namespace whose /dev/shm is a fresh 16 MiB tmpfs."""
+    e = dict(os.environ, **env)
+    e.pop("LD_PRELOAD", None)
+    e.update(env)
+    script = "mount -t tmpfs -o size=16m shmk-test /dev/shm && exec /usr/bin/python3 -c \"$0\""
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, code], env=e,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_ftruncate_is_libcs_but_for_a_growth_past_the_free_space():
+    require(PRELOAD.exists(), "the preload library must be built")
+    plain = run_in_small_shm(FTRUNCATE, {})
+    preload = run_in_small_shm(FTRUNCATE, {"LD_PRELOAD": str(PRELOAD)})
+    assert plain.returncode == 0 and not plain.stderr, plain.stderr
+    assert preload.returncode == 0, preload.stderr
+    plain, preload = json.loads(plain.stdout), json.loads(preload.stdout)
+    # libc: a growth allocates nothing, whatever its size (the sparse file that a later touch may SIGBUS)
+    assert plain["grow within the free space"] == ["ok", 12 << 20, 0, 0]
+    assert plain["past the free space"] == ["ok", 20 << 20, 0, 0]
+    # The one divergence: a growth by more than /dev/shm has free is ENOSPC, the file untouched.
+    assert preload.pop("past the free space") == ["ENOSPC", 0, 0, 0]
+    assert preload.pop("grow, then grow again past it") == ["ok", "ENOSPC", 12 << 20, 0, 0]
+    assert plain["grow, then grow again past it"] == ["ok", "ok", 30 << 20, 0, 0]
+    del plain["past the free space"], plain["grow, then grow again past it"]
+    # Everything else is libc's: errno kept on success, no page allocated by a growth that fits, shrinking,
+    # EINVAL for a read-only descriptor and EBADF for O_PATH (not our ENOSPC), EFBIG past RLIMIT_FSIZE,
+    # files elsewhere and memfds untouched, posix_fallocate's own ENOSPC.
+    assert preload == plain
+    assert plain["read-only descriptor, past the free space"][0] == "EINVAL"
+    assert plain["O_PATH descriptor, past the free space"][0] == "EBADF"
+    assert plain["past RLIMIT_FSIZE and the free space"][0] == "EFBIG"
+    assert plain["posix_fallocate past the free space"][0] == "ENOSPC"
+    # the growth is what is checked: a sparse file may end up larger than the tmpfs in steps that each fit
+    assert plain["grow in steps that each fit"] == ["ok", "ok", 24 << 20, 0, 0]
+
+
+def test_the_opt_in_reservation_backs_every_page():
+    require(PRELOAD.exists(), "the preload library must be built")
+    code = "import os\nfd = os.open('/dev/shm/r', os.O_CREAT | os.O_RDWR)\nos.ftruncate(fd, 12 << 20)\n" \
+           "st = os.fstat(fd)\nprint(st.st_size, st.st_blocks * 512)\n" \
+           "try:\n os.ftruncate(os.open('/dev/shm/s', os.O_CREAT | os.O_RDWR), 8 << 20)\n" \
+           "except OSError as e: print(e.errno, os.stat('/dev/shm/s').st_size)"
+    for value in ("1", "true", "yes"):
+        p = run_in_small_shm(code, {"LD_PRELOAD": str(PRELOAD), "SHMKEEPER_PRELOAD_RESERVE": value})
+        assert p.returncode == 0, p.stderr
+        # 12 MiB reserved (allocated and charged at ftruncate); 8 more do not fit in the 4 left: ENOSPC, size 0
+        assert p.stdout.split() == [str(12 << 20), str(12 << 20), "28", "0"], (value, p.stdout)
+        assert "shmkeeper: cannot reserve 8.0 MiB for /dev/shm/s: /dev/shm has 4.0 MiB free of 16.0 MiB" in p.stderr
+    for value in ("0", "false", "", "2"):  # anything else: no commit (a sparse growth that fits)
+        p = run_in_small_shm(code, {"LD_PRELOAD": str(PRELOAD), "SHMKEEPER_PRELOAD_RESERVE": value})
+        assert p.returncode == 0 and p.stdout.split() == [str(12 << 20), "0"], (value, p.stdout, p.stderr)
 
 
 if __name__ == "__main__":
