@@ -65,6 +65,33 @@ def test_a_segment_that_fits_is_untouched(env, glibc):
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 
 
+RESERVE_PROBE = ["sh", "-c", "echo reserve=${SHMKEEPER_PRELOAD_RESERVE:-unset}; shmgrow sparse seg 16"]
+
+
+@pytest.mark.parametrize("policy,annotations,env_vars,want,logged", [
+    (False, {}, [], "unset", None),
+    (False, {"shmkeeper.io/preload-reserve": "true"}, [], "1", "annotation:shmkeeper.io/preload-reserve"),
+    (False, {}, ["SHMKEEPER_PRELOAD_RESERVE=1"], "1", "env:SHMKEEPER_PRELOAD_RESERVE"),
+    (True, {}, [], "1", "policy"),
+    (True, {"shmkeeper.io/preload-reserve": "false"}, [], "0", None),
+    (False, {"shmkeeper.io/preload-reserve": "false"}, ["SHMKEEPER_PRELOAD_RESERVE=1"], "0", None),
+    (True, {"shmkeeper.io/preload-reserve": "ture"}, [], "1",
+     'policy; ignored annotation shmkeeper.io/preload-reserve="ture" (true or false)'),
+], ids=["default", "annotation", "env", "policy", "annotation-over-policy", "annotation-over-env", "bad-annotation"])
+def test_reservation_is_opt_in_and_reaches_the_preload(env, glibc, policy, annotations, env_vars, want, logged):
+    if policy:
+        env.config.write_text(env.config.read_text() + "preload:\n  reserve: true\n")
+    p = wrapped(env, bundle(env, glibc, "a", RESERVE_PROBE, annotations=annotations, env_vars=env_vars), "c-reserve")
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    lines = p.stdout.split("\n")
+    assert lines[0] == f"reserve={want}" and lines[1] == "ok", p.stdout
+    used_kib = int(lines[2].split()[1])
+    # 16 MiB touched on two pages: 8 KiB of /dev/shm without the reservation, all of it with
+    assert used_kib == (16 * 1024 if want == "1" else 8), p.stdout
+    d = last_decision(env)
+    assert d["preload"] == "preload" and d.get("preloadReserve") == logged, d
+
+
 def test_preload_is_appended_to_the_containers_own(env, glibc):
     p = wrapped(env, bundle(env, glibc, "a", ["shmgrow", "env"], env_vars=["LD_PRELOAD=/lib/x.so"]), "c-env")
     assert p.returncode == 0, p.stderr

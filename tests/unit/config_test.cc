@@ -20,6 +20,17 @@ TEST(Config, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(c->runtime.path, "");
   EXPECT_EQ(c->log.path, "/var/log/shmkeeper/runtime.log");
   EXPECT_EQ(c->log.level, LogLevel::kInfo);
+  EXPECT_FALSE(c->preload.reserve);  // no up-front commit unless asked for
+}
+
+TEST(Config, PreloadReserveIsABool) {
+  Result<Config> c = ParseConfig("preload:\n  reserve: true\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->preload.reserve);
+  EXPECT_EQ(ConfigToJson(*c)["preload"]["reserve"], true);
+  Result<Config> bad = ParseConfig("preload:\n  reserve: sometimes\n", "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("preload.reserve"), std::string::npos) << bad.status().message();
 }
 
 TEST(Config, FullDocument) {
@@ -106,6 +117,7 @@ TEST(Config, ShippedExampleParses) {
   Result<Config> c = LoadConfig(SHMKEEPER_SOURCE_DIR "/deploy/config/config.yaml", true);
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(ConfigToJson(*c)["shm"]["default"], "auto");
+  EXPECT_FALSE(c->preload.reserve);
 }
 
 }  // namespace

@@ -88,6 +88,15 @@ struct Config {
     // or ../lib/shmkeeper/ from it.
     std::string library;
   } inject;
+  struct Preload {
+    // preload.reserve: the preload reserves (fallocate) the whole size a file
+    // on /dev/shm is grown to at ftruncate time, charged to the container's
+    // memory at once, so every page it was given is backed. Off: a growth that
+    // cannot fit the tmpfs's free space is ENOSPC, any other is the plain call
+    // (no page allocated). Per container: annotation
+    // shmkeeper.io/preload-reserve, env SHMKEEPER_PRELOAD_RESERVE.
+    bool reserve = false;
+  } preload;
   struct Cuda {
     // cuda.devDir and cuda.procDevices: where the NVIDIA device nodes and the
     // kernel's device list are read (other values only for tests).

@@ -22,7 +22,7 @@ namespace {
 bool IsFalse(const std::optional<std::string>& v) { return v && (*v == "false" || *v == "0" || *v == "no"); }
 bool IsTrue(const std::optional<std::string>& v) { return v && (*v == "true" || *v == "1" || *v == "yes"); }
 
-InjectResult Skip(std::string why) { return {false, "skip: " + std::move(why)}; }
+InjectResult Skip(std::string why) { return {false, "skip: " + std::move(why), ""}; }
 
 // The library to mount: inject.library if set, else next to the runtime or in
 // its ../lib/shmkeeper; "" if that file is not there.
@@ -134,6 +134,45 @@ bool AlreadyInjected(const Spec& spec, const std::string& library) {
   return false;
 }
 
+// Sets NAME=value in the process env, replacing every NAME= entry.
+void SetEnv(Spec* spec, const std::string& name, const std::string& value) {
+  Json& env = spec->doc()["process"]["env"];
+  if (!env.is_array()) env = Json::array();
+  Json kept = Json::array();
+  for (const Json& e : env) {
+    if (!(e.is_string() && e.get_ref<const std::string&>().starts_with(name + "="))) kept.push_back(e);
+  }
+  kept.push_back(name + "=" + value);
+  env = std::move(kept);
+}
+
+// The reservation mode (annotation, then env, then policy), written into the
+// env the library reads when the annotation or the policy decides. Returns
+// what the decision log says: "" for no reservation.
+std::string DecideReserve(Spec* spec, const Config& config) {
+  std::string note;
+  if (std::optional<std::string> a = spec->Annotation(kPreloadReserveAnnotation)) {
+    if (IsTrue(a) || IsFalse(a)) {
+      SetEnv(spec, kPreloadReserveEnv, IsTrue(a) ? "1" : "0");
+      return IsTrue(a) ? std::string("annotation:") + kPreloadReserveAnnotation : "";
+    }
+    note = std::string("; ignored annotation ") + kPreloadReserveAnnotation + "=\"" + a->substr(0, 64) +
+           "\" (true or false)";
+  }
+  if (std::optional<std::string> e = spec->Env(kPreloadReserveEnv)) {
+    // The library reads it as it is: 1, true and yes reserve, anything else does not.
+    if (IsTrue(e)) return std::string("env:") + kPreloadReserveEnv + note;
+    if (IsFalse(e)) return note.empty() ? "" : "off" + note;
+    note += std::string("; ") + kPreloadReserveEnv + "=\"" + e->substr(0, 64) + "\" read as off (1 or 0)";
+    return "off" + note;
+  }
+  if (config.preload.reserve) {
+    SetEnv(spec, kPreloadReserveEnv, "1");
+    return "policy" + note;
+  }
+  return note.empty() ? "" : "off" + note;
+}
+
 }  // namespace
 
 InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config,
@@ -180,7 +219,8 @@ InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& 
   }
   mounts.insert(mounts.begin(), ours.begin(), ours.end());
   AppendEnvList(spec, "LD_PRELOAD", preload);
-  return {true, dir == kPreloadDir ? "preload" : "preload at " + dir + " (" + covered + ")"};
+  std::string reserve = DecideReserve(spec, config);
+  return {true, dir == kPreloadDir ? "preload" : "preload at " + dir + " (" + covered + ")", reserve};
 }
 
 namespace {
@@ -292,11 +332,11 @@ void SetMemlock(Spec* spec, uint64_t limit) {
 }  // namespace
 
 InjectResult InjectCudaIpc(Spec* spec, const Config& config, std::vector<std::string>* notes) {
-  if (!IsTrue(spec->Annotation(kCudaIpcAnnotation)) && !IsTrue(spec->Env(kCudaIpcEnv))) return {false, ""};
+  if (!IsTrue(spec->Annotation(kCudaIpcAnnotation)) && !IsTrue(spec->Env(kCudaIpcEnv))) return {false, "", ""};
   std::vector<DeviceNode> nodes = FindNvidiaNodes(config);
   if (nodes.empty()) {
     notes->push_back("CUDA IPC asked for, but this host has no NVIDIA device nodes; nothing added");
-    return {false, "cuda-ipc: no devices"};
+    return {false, "cuda-ipc: no devices", ""};
   }
   std::string names;
   for (const DeviceNode& d : nodes) {
@@ -313,7 +353,7 @@ InjectResult InjectCudaIpc(Spec* spec, const Config& config, std::vector<std::st
         "this container has its own PID namespace: legacy CUDA IPC (cudaIpcOpenMemHandle) works only between "
         "processes that share one (pods: shareProcessNamespace: true; Docker: --pid=container:<peer> and --ipc)");
   }
-  return {true, "cuda-ipc"};
+  return {true, "cuda-ipc", ""};
 }
 
 }  // namespace shmkeeper

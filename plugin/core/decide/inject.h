@@ -16,6 +16,11 @@ namespace shmkeeper {
 
 inline constexpr const char* kInjectAnnotation = "shmkeeper.io/inject";
 inline constexpr const char* kInjectEnv = "SHMKEEPER_INJECT";
+// Opt-in reservation (see Config::Preload): the annotation, then the env, then
+// the policy's preload.reserve. The library reads only the env; the wrapper
+// writes it into the spec when the annotation or the policy decides.
+inline constexpr const char* kPreloadReserveAnnotation = "shmkeeper.io/preload-reserve";
+inline constexpr const char* kPreloadReserveEnv = "SHMKEEPER_PRELOAD_RESERVE";
 inline constexpr const char* kCudaIpcAnnotation = "shmkeeper.io/cuda-ipc";
 inline constexpr const char* kCudaIpcEnv = "SHMKEEPER_CUDA_IPC";
 // The library is mounted at <dir>/libshmkeeper-preload.so and the agent's
@@ -29,6 +34,10 @@ inline constexpr const char* kEventsDir = "events";
 struct InjectResult {
   bool changed = false;  // the spec was edited
   std::string what;      // "preload", "skip: <why>", ...
+  // With the preload injected: "" (no reservation), or where the reservation
+  // came from ("annotation:shmkeeper.io/preload-reserve", "env:SHMKEEPER_PRELOAD_RESERVE",
+  // "policy"); an unreadable annotation or env value is named and ignored.
+  std::string reserve;
 };
 
 // Adds the preload library (bind mount, LD_PRELOAD) and the agent's event
@@ -40,7 +49,10 @@ struct InjectResult {
 // without following symlinks (a symlink anywhere, the last component
 // included, refuses it), and a rootfs that cannot take them (read-only) is a
 // skip. Never an error for the container: every reason not to inject is a
-// skip with its reason.
+// skip with its reason. With the library injected, the reservation mode is
+// decided (annotation, env, policy) and, when the annotation or the policy
+// decides, written as SHMKEEPER_PRELOAD_RESERVE=1 or =0 into the env,
+// replacing the container's own value.
 InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config, const std::string& runtime_dir);
 
 // Adds the host's NVIDIA device nodes (with device-cgroup allow rules) and

@@ -41,6 +41,7 @@ Status SizeContainerShm(const std::string& bundle, const std::string& container_
     InjectResult cuda = InjectCudaIpc(&spec, config, &notes);
     edited = edited || preload.changed || cuda.changed;
     record["preload"] = preload.what;
+    if (!preload.reserve.empty()) record["preloadReserve"] = preload.reserve;
     if (!cuda.what.empty()) record["cuda"] = cuda.what;
     if (!notes.empty()) record["notes"] = notes;
   }
