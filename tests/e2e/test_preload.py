@@ -51,6 +51,40 @@ def test_c_program_gets_enospc_not_sigbus(docker_engine, glibc_image):
     assert p.returncode == 135, (p.returncode, p.stdout, p.stderr)
 
 
+# 1.5 GiB ftruncated and mapped, two pages touched, under a 512 MiB memory
+# limit; then the container's peak memory as its cgroup counted it.
+SPARSE = ("shmgrow env; shmgrow sparse seg {mib}; echo rc=$?; "
+          "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes")
+
+
+def sparse_run(docker_engine, image, *args, mib=1536):
+    p = docker_engine.docker("run", "--rm", "-m", "512m", "--shm-size=2g", *args, image, "sh", "-c",
+                             SPARSE.format(mib=mib), check=False)
+    lines = p.stdout.split()
+    assert p.returncode == 0 and "rc=0" in lines, (args, p.returncode, p.stdout, p.stderr)
+    return {"preload": lines[0], "shm_used_kib": int(lines[lines.index("used") + 1]), "peak": int(lines[-1])}
+
+
+def test_a_sparse_segment_costs_what_it_costs_under_plain_runc(docker_engine, glibc_image):
+    plain = sparse_run(docker_engine, glibc_image, "--runtime", "runc")
+    ours = sparse_run(docker_engine, glibc_image)
+    assert plain["preload"] == "none" and ours["preload"] == "/run/shmkeeper/libshmkeeper-preload.so"
+    # two pages of /dev/shm and a few MiB of memory in both, not the 1.5 GiB (an OOM kill at 512 MiB)
+    assert plain["shm_used_kib"] == ours["shm_used_kib"] == 8, (plain, ours)
+    assert ours["peak"] < 64 << 20 and abs(ours["peak"] - plain["peak"]) < 8 << 20, (plain, ours)
+    print(f"peak memory of the container: plain runc {plain['peak'] >> 10} KiB, shmkeeper {ours['peak'] >> 10} KiB")
+
+
+def test_the_opt_in_reservation_still_reserves(docker_engine, glibc_image):
+    reserved = sparse_run(docker_engine, glibc_image, "-e", "SHMKEEPER_PRELOAD_RESERVE=1", mib=256)
+    # the whole segment is backed at ftruncate, and charged to the container: the documented cost
+    assert reserved["shm_used_kib"] == 256 << 10 and reserved["peak"] >= 256 << 20, reserved
+    # and the sparse case's positive control: reserving the 1.5 GiB under -m 512m is the OOM kill the default avoids
+    p = docker_engine.docker("run", "--rm", "-m", "512m", "--shm-size=2g", "-e", "SHMKEEPER_PRELOAD_RESERVE=1",
+                             glibc_image, "sh", "-c", SPARSE.format(mib=1536), check=False)
+    assert p.returncode == 137 or "rc=137" in p.stdout.split(), (p.returncode, p.stdout, p.stderr)
+
+
 def test_static_image_and_opt_out_get_no_preload(docker_engine, glibc_image):
     p = docker_engine.docker("run", "--rm", "shmk-busybox:test", "sh", "-c", "echo ${LD_PRELOAD:-none}")
     assert p.stdout.strip() == "none"
