@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc < 4) {
-    fprintf(stderr, "usage: shmgrow create|leak|sparse NAME MIB | env | bench N | bench-open N | cancel open|openat FIFO\n");
+    fprintf(stderr,
+            "usage: shmgrow create|leak|sparse NAME MIB | env | bench N | bench-open N | cancel open|openat FIFO\n");
     return 2;
   }
   size_t bytes = (size_t)atol(argv[3]) << 20;
