@@ -262,34 +262,44 @@ static int plain_call_fails_first(int fd, long long length) {
   return 0;
 }
 
+/* Reservation mode: fallocate the whole new size. Returns as before_grow. */
+static int grow_reserved(int fd, long long length) {
+  struct stat st;
+  long r;
+  if (syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) || length <= st.st_size) return 0;
+  do {
+    r = syscall(SYS_fallocate, fd, 0, (off_t)0, (off_t)length);
+  } while (r != 0 && errno == EINTR);
+  if (r == 0) return 1; /* fallocate mode 0 also set the size to `length` */
+  if (errno == ENOSPC) explain_enospc(fd, "reserve", (unsigned long long)length, (unsigned long long)length);
+  if (errno == ENOSPC || errno == EFBIG) return -1;
+  return 0; /* EBADF (read-only fd: ftruncate says EINVAL), EPERM (seals), ...: the plain call's errno */
+}
+
 /* Before ftruncate(fd, length). 1: done here, the file now has `length`
  * bytes (reservation mode); 0: the plain call decides; -1: failed with errno
  * set as ftruncate would (ENOSPC, reported; EFBIG, whose SIGXFSZ the kernel
  * already sent). Without the reservation, a growth of the file on /dev/shm by
  * more pages than its tmpfs has free is ENOSPC with nothing changed; any other
- * call is the plain one. The free space is read at this instant: two growers
- * that each fit can still, together, overfill it later (the reservation mode
- * closes that). */
+ * call is the plain one. One system call (fstatfs) on the common path: a
+ * tmpfs with room for the whole new size needs no more; only a size that
+ * does not fit costs the fstat (the file's size, and that it is /dev/shm's)
+ * and the checks of errors the plain call would give first. The free space is
+ * read at this instant: two growers that each fit can still, together,
+ * overfill it later (the reservation mode closes that). */
 static int before_grow(int fd, long long length) {
   struct stat st;
   struct statfs fs;
   unsigned long long need, page;
-  long r;
-  if (length <= 0 || syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) || length <= st.st_size) return 0;
-  if (LOAD(reserve_on)) {
-    do {
-      r = syscall(SYS_fallocate, fd, 0, (off_t)0, (off_t)length);
-    } while (r != 0 && errno == EINTR);
-    if (r == 0) return 1; /* fallocate mode 0 also set the size to `length` */
-    if (errno == ENOSPC) explain_enospc(fd, "reserve", (unsigned long long)length, (unsigned long long)length);
-    if (errno == ENOSPC || errno == EFBIG) return -1;
-    return 0; /* EBADF (read-only fd: ftruncate says EINVAL), EPERM (seals), ...: the plain call's errno */
-  }
+  if (length <= 0) return 0;
+  if (LOAD(reserve_on)) return grow_reserved(fd, length);
   /* f_blocks 0: a tmpfs without a size limit (size=0), nothing to check */
   if (syscall(SYS_fstatfs, fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC_ || fs.f_bsize <= 0 || fs.f_blocks == 0) {
     return 0;
   }
   page = (unsigned long long)fs.f_bsize;
+  if (pages((unsigned long long)length, page) <= (unsigned long long)fs.f_bavail) return 0;
+  if (syscall(SYS_fstat, fd, &st) != 0 || !is_on_dev_shm(&st) || length <= st.st_size) return 0;
   need = pages((unsigned long long)length, page) - pages((unsigned long long)st.st_size, page);
   if (need <= (unsigned long long)fs.f_bavail || plain_call_fails_first(fd, length)) return 0;
   explain_enospc(fd, "fit", (unsigned long long)length, (unsigned long long)(length - st.st_size));
