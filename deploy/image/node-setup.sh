@@ -212,10 +212,13 @@ register() {
   case "$runtime" in
     crio)
       SOCKET=$(crio_socket)
-      hooks=${SHMKEEPER_HOST_HOOKS_DIR:-$HOST/usr/share/containers/oci/hooks.d}
-      files="$CONFIG_DIR/crio.conf.d/99-shmkeeper.conf $hooks/shmkeeper.json"
+      # The files go under $HOST (--root; the hook directory at its own path
+      # there, as the drop-in must not name another), the drop-in into the
+      # mounted config directory.
+      case "$CONFIG_DIR" in "$HOST"/*) ;; *) die "the CRI-O config directory $CONFIG_DIR must be under $HOST" ;; esac
+      files="$CONFIG_DIR/crio.conf.d/99-shmkeeper.conf $HOST/usr/share/containers/oci/hooks.d/shmkeeper.json"
       before=$(checksum $files)
-      set -- --crio-conf-dir "$CONFIG_DIR/crio.conf.d" --hooks-dir "$hooks"
+      set -- --root "$HOST" --crio-conf-dir "${CONFIG_DIR#"$HOST"}/crio.conf.d"
       if [ "$verb" = install ]; then
         set -- "$@" --hook-path "$BIN_DIR/shmkeeper-hook" --runtime-path "$(host_oci_runtime)"
         [ "$SET_AS_DEFAULT" = true ] && set -- "$@" --set-as-default
@@ -246,7 +249,9 @@ register() {
 
 node_label() {
   [ "$NODE_LABEL" = true ] || return 0
-  "$SRC_DIR/shmkeeper-node-label" "$1" || die "could not $1 the node's readiness label (see above)"
+  set -- "$1"
+  [ -z "${SHMKEEPER_SERVICE_ACCOUNT_DIR:-}" ] || set -- "$@" --service-account-dir "$SHMKEEPER_SERVICE_ACCOUNT_DIR"
+  "$SRC_DIR/shmkeeper-node-label" "$@" || die "could not $1 the node's readiness label (see above)"
 }
 
 case "${1:-}" in

@@ -128,3 +128,19 @@ def render_chart(helm, tmp_path, values=None, release="shmkeeper", namespace="de
         f.write_text(json.dumps(values))
         args += ["-f", f]
     return [d for d in yaml.safe_load_all(run(args).stdout) if d]
+
+
+# ---- k3s's containerd config rendering (tests/helpers/k3srender) ------------------
+
+K3SRENDER_SRC = REPO / "tests" / "helpers" / "k3srender"
+
+
+def build_k3srender():
+    """tests/helpers/k3srender built with Debian's Go (standard library only)."""
+    require(shutil.which("go") is not None, "go (golang-go) is not installed")
+    out = BUILD / "k3srender"
+    env = dict(os.environ, GO111MODULE="off", GOPATH=str(BUILD / "go-path"), GOCACHE=str(BUILD / "go-cache"))
+    p = subprocess.run(["go", "build", "-o", str(out), "."], cwd=K3SRENDER_SRC, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return out

@@ -79,10 +79,6 @@ app.kubernetes.io/component: agent
 - name: SHMKEEPER_CONTAINERD_SOCKET
   value: {{ . | quote }}
 {{- end }}
-{{- if eq .Values.runtime.distribution "crio" }}
-- name: SHMKEEPER_HOST_HOOKS_DIR
-  value: /host/crio-hooks
-{{- end }}
 - name: NODE_NAME
   valueFrom:
     fieldRef: {fieldPath: spec.nodeName}
@@ -101,7 +97,7 @@ what node-setup.sh reads or writes). */}}
 - {name: microk8s-run, mountPath: /host/var/snap/microk8s/common/run, readOnly: true}
 {{- end }}
 {{- if eq .Values.runtime.distribution "crio" }}
-- {name: crio-hooks, mountPath: /host/crio-hooks}
+- {name: crio-hooks, mountPath: /host/usr/share/containers/oci/hooks.d}
 - {name: host-usr-bin, mountPath: /host/usr/bin, readOnly: true}
 {{- end }}
 - {name: node-label-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
