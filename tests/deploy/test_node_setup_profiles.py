@@ -244,3 +244,16 @@ def test_microk8s_template_edited_in_place(tmp_path, bins):
         assert (args / "containerd-template.toml").read_text() == original
     finally:
         s.close()
+
+
+def test_an_in_place_edit_is_lost_at_k3s_regeneration(k3s_node):
+    """The positive control for the template: editing the generated
+    config.toml (SHMKEEPER_CONTAINERD_TEMPLATE=false) looks installed until
+    k3s starts again and renders it from its template."""
+    env = dict(k3s_node["env"], SHMKEEPER_CONTAINERD_TEMPLATE="false", SHMKEEPER_NODE_LABEL="false",
+               SHMKEEPER_RESTART_RUNTIME="false")
+    p = node_setup(env, "install")
+    assert p.returncode == 0, p.stderr
+    assert handler(rendered(k3s_node))["options"]["BinaryName"] == "/opt/shmkeeper/bin/shmkeeper-runtime"
+    os.spawnv(os.P_WAIT, "/bin/sh", ["sh", "-c", k3s_node["env"]["SHMKEEPER_RESTART_COMMAND"]])
+    assert handler(rendered(k3s_node)) is None

@@ -69,3 +69,33 @@ class FakeKubeApi:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def serve_in_dir(d):
+    """Script mode (for a network namespace of its own): serves until
+    killed; writes DIR/url, and DIR/state.json after each request."""
+    from pathlib import Path
+    d = Path(d)
+    api = FakeKubeApi(d)
+    state = d / "state.json"
+
+    def dump():
+        tmp = d / "state.json.new"
+        tmp.write_text(json.dumps({"requests": api.requests, "labels": api.labels}))
+        tmp.rename(state)
+    handler = api.server.RequestHandlerClass
+    orig = handler.do_PATCH
+
+    def do_patch(self):
+        orig(self)
+        dump()
+    handler.do_PATCH = do_patch
+    dump()
+    (d / "url.new").write_text(api.url)
+    (d / "url.new").rename(d / "url")
+    api.thread.join()
+
+
+if __name__ == "__main__":
+    import sys
+    serve_in_dir(sys.argv[1])
