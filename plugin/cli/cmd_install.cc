@@ -93,17 +93,16 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
   }
   cmd->callback([opts, template_dir, &outcome, install] {
     const std::string& dir = *template_dir;
-    Result<ConfigChange> c = !dir.empty() ? (install ? InstallContainerdTemplate(*opts, dir)
-                                                     : UninstallContainerdTemplate(*opts, dir))
-                             : install    ? InstallContainerd(*opts)
-                                          : UninstallContainerd(*opts);
+    Result<ConfigChange> c =
+        !dir.empty() ? (install ? InstallContainerdTemplate(*opts, dir) : UninstallContainerdTemplate(*opts, dir))
+        : install    ? InstallContainerd(*opts)
+                     : UninstallContainerd(*opts);
     if (!c.ok()) {
       outcome.status = c.status();
       return;
     }
     PrintChange(install ? "installed" : "uninstalled", dir.empty() ? opts->config : dir + " (template)",
-                "runtime handler \"" + opts->runtime_name + "\"",
-                opts->dry_run, *c,
+                "runtime handler \"" + opts->runtime_name + "\"", opts->dry_run, *c,
                 std::string(opts->set_as_default ? " (default runtime)" : "") +
                     "; restart containerd to apply (systemctl restart containerd)");
   });

@@ -131,20 +131,21 @@ Status PatchNodeLabel(const KubeApi& api, const std::string& node, const std::st
   SHMK_RETURN_IF_ERROR(CheckNodeName(node));
   SHMK_RETURN_IF_ERROR(CheckLabel(key, value.value_or("")));
   httplib::SSLClient cli(api.host, api.port);
-  cli.set_ca_cert_path(api.ca_file.c_str());
+  cli.set_ca_cert_path(api.ca_file);
   cli.enable_server_certificate_verification(true);
-  cli.set_bearer_token_auth(api.token.c_str());
+  cli.set_bearer_token_auth(api.token);
   cli.set_connection_timeout(10, 0);
   cli.set_read_timeout(30, 0);
   cli.set_write_timeout(30, 0);
   std::string what = std::string(value ? "label" : "unlabel") + " node " + node + " (" + key + ") at https://" +
                      api.host + ":" + std::to_string(api.port);
   httplib::Headers headers = {{"Accept", "application/json"}};
-  httplib::Result res = cli.Patch("/api/v1/nodes/" + node, headers, NodeLabelPatch(key, value),
-                                  "application/merge-patch+json");
+  httplib::Result res =
+      cli.Patch("/api/v1/nodes/" + node, headers, NodeLabelPatch(key, value), "application/merge-patch+json");
   if (!res) {
     std::string detail = httplib::to_string(res.error());
-    if (long v = cli.get_openssl_verify_result(); v != 0) detail += " (certificate: verify error " + std::to_string(v) + ")";
+    if (long v = cli.get_openssl_verify_result(); v != 0)
+      detail += " (certificate: verify error " + std::to_string(v) + ")";
     return Status::Internal(what + ": " + detail);
   }
   if (res->status >= 200 && res->status < 300) return Status::Ok();

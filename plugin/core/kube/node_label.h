@@ -22,7 +22,7 @@ inline constexpr const char* kReadyValue = "ready";
 inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 struct KubeApi {
-  std::string host;     // an address or name, no scheme
+  std::string host;  // an address or name, no scheme
   int port = 443;
   std::string token;    // bearer token (the service account's)
   std::string ca_file;  // PEM bundle the server certificate must chain to
