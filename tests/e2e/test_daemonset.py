@@ -317,8 +317,7 @@ class Kubelet:
                              "io.kubernetes.pod.namespace": pod["namespace"], "io.kubernetes.pod.uid": pod["uid"]},
                   "log_path": f"{c['name']}/{attempt}.log",
                   "linux": {"resources": {"memory_limit_in_bytes": parse_quantity(limit)} if limit else {},
-                            "security_context": {"privileged": bool(sc.get("privileged")),
-                                                 "namespace_options": pod["ns_options"]}}}
+                            "security_context": self.security_context(sc, pod)}}
         path = pod["dir"] / f"{c['name']}-{attempt}.json"
         path.write_text(json.dumps(config))
         cid = self.node.cri("create", pod["id"], path, pod["config_path"]).stdout.strip()
@@ -333,6 +332,22 @@ class Kubelet:
             assert state != "CONTAINER_CREATED", p.stderr
         pod["containers"][c["name"]] = cid
         return cid
+
+    def security_context(self, sc, pod):
+        """The container's securityContext in CRI terms, as the kubelet maps it."""
+        out = {"privileged": bool(sc.get("privileged")), "namespace_options": pod["ns_options"]}
+        caps = sc.get("capabilities", {})
+        if caps:
+            out["capabilities"] = {"add_capabilities": caps.get("add", []), "drop_capabilities": caps.get("drop", [])}
+        if sc.get("allowPrivilegeEscalation") is False:
+            out["no_new_privs"] = True
+        for field, key in (("seccompProfile", "seccomp"), ("appArmorProfile", "apparmor")):
+            kind = sc.get(field, {}).get("type")
+            if kind:
+                out[key] = {"profile_type": {"RuntimeDefault": "RuntimeDefault", "Unconfined": "Unconfined"}[kind]}
+            elif key == "seccomp" and not out["privileged"]:
+                out[key] = {"profile_type": "Unconfined"}  # the kubelet's default (no SeccompDefault)
+        return out
 
     def exited(self, cid):
         """The container's status once it has exited, or once containerd lost
@@ -640,5 +655,41 @@ def test_k3s_node_with_a_read_only_usr(tmp_path_factory, images):
         assert n.labels() == {}
         assert n.sh("test", "-e", K3S_DIR + "/config.toml.tmpl", check=False).returncode != 0
         assert n.sh("cat", n.config_path).stdout == n.initial_config
+    finally:
+        n.stop()
+
+
+CAPS = {"CAP_SYS_PTRACE": 19, "CAP_DAC_READ_SEARCH": 2, "CAP_SYS_ADMIN": 21}
+
+
+def test_report_only_agent_runs_with_three_capabilities(tmp_path_factory, images):
+    """components/report-only: the agent container is not privileged, has
+    exactly SYS_PTRACE, DAC_READ_SEARCH and SYS_ADMIN, no_new_privs and the
+    runtime's default seccomp profile, and still reports a pod's usage."""
+    docs = render(tmp_path_factory.mktemp("report-only"), ["components/report-only"])
+    n = start_node(tmp_path_factory.mktemp("report-only-node"), images)
+    try:
+        kubelet = Kubelet(n, {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"})
+        ds = by(docs, "DaemonSet", "shmkeeper")
+        agent = kubelet.run_pod("shmkeeper-node", ds["metadata"]["namespace"], ds["spec"]["template"])
+        wait_for(lambda: n.cri("version", check=False).returncode == 0, timeout=30, what="containerd back")
+        wait_for(lambda: kubelet.probe(agent, "agent", "readinessProbe"), timeout=60, interval=0.5,
+                 what="the report-only agent's readiness")
+        [pid] = n.sh("pgrep", "-x", "shmkeeperd").stdout.split()  # the node's only agent
+        status = dict(line.split(":\t", 1) for line in n.sh("cat", f"/proc/{pid}/status").stdout.splitlines()
+                      if ":\t" in line)
+        assert int(status["CapEff"], 16) == sum(1 << b for b in CAPS.values()), status["CapEff"]
+        assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2", status  # filter mode
+        pod = kubelet.run_pod("trainer", "default", workload("trainer", annotations={"shmkeeper.io/shm-size": "2Gi"}),
+                              handler=by(docs, "RuntimeClass")["handler"])
+        n.cri("exec", pod["containers"]["main"], "dd", "if=/dev/zero", "of=/dev/shm/data", "bs=1M", "count=24")
+
+        def listed():
+            pods = json.loads(n.sh("/usr/local/bin/shmkeeper", "pods", "-o", "json").stdout).get("pods", [])
+            return next((p for p in pods if p.get("name") == "trainer" and int(p["shm"].get("usedBytes", 0)) > 0),
+                        None)
+        rec = wait_for(listed, timeout=40, interval=1, what="the report-only agent listing the pod's usage")
+        assert int(rec["shm"]["usedBytes"]) == 24 * MiB and int(rec["shm"]["sizeBytes"]) == 2 * GiB
+        assert kubelet.probe(agent, "agent", "livenessProbe")
     finally:
         n.stop()
