@@ -28,7 +28,9 @@ server: it checks the request's shape, TLS and token as the kubelet projects
 them, not Kubernetes). A second node is shaped like k3s on an immutable host:
 read-only /usr, containerd's config.toml rendered from config.toml.tmpl at
 every (re)start the way k3s does it (tests/helpers/k3srender), shmkeeper
-installed under /opt/shmkeeper (components/k3s + components/install-root-opt)."""
+installed under /opt/shmkeeper (components/k3s + components/install-root-opt).
+A third runs components/report-only: the agent with three capabilities
+instead of privileged (the CRI security context the kubelet would send)."""
 import json
 import os
 import re
