@@ -57,6 +57,11 @@ TEST(ContainerdTemplateTest, RefusesWhatATemplateCannotHold) {
                              "  runtime_type = 'x'\n";
   EXPECT_FALSE(WithContainerdTemplateRuntime("", theirs, "config.toml", Opts()).ok());
   EXPECT_FALSE(WithContainerdTemplateRuntime("", "version = 3\n[broken", "config.toml", Opts()).ok());
+  // The default handler's options are copied into the block: an action there would break k3s's template.
+  const std::string action = std::string(kRenderedV3) + "  Root = \"/run/{{ .Evil }}\"\n";
+  Result<std::string> a = WithContainerdTemplateRuntime("", action, "config.toml", Opts());
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("template would read as an action"), std::string::npos);
 }
 
 }  // namespace

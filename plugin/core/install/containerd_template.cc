@@ -54,6 +54,12 @@ Result<std::string> WithContainerdTemplateRuntime(const std::string& tmpl, const
     return Status::Internal(rendered_name + ": no handler block in the edited config");
   }
   std::string block = edited.substr(at);
+  // The handler copies the default runtime's options: a "{{" there would be
+  // a template action and k3s would not start.
+  if (block.find("{{") != std::string::npos) {
+    return Status::Invalid(rendered_name + ": the default runtime's settings hold \"{{\", which the template would " +
+                           "read as an action; add the handler to the template by hand");
+  }
   std::string base = tmpl.empty() ? std::string(kContainerdBaseTemplate) : WithNewline(WithoutShmkeeperLines(tmpl));
   return base + block;
 }
