@@ -18,7 +18,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DSHMKEEPER_BUILD_TESTS=OFF 
 FROM debian:bookworm-slim
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 libtomlplusplus3 \
-      libssl3 zlib1g libbrotli1 util-linux \
+      libssl3 zlib1g libbrotli1 libcpp-httplib0.11 util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build /out/lib/shmkeeper/libshmkeeper-preload.so /usr/local/lib/shmkeeper/libshmkeeper-preload.so

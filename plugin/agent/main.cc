@@ -33,13 +33,15 @@ void Log(const char* level, const std::string& msg, Json extra = Json::object())
   std::cerr << DumpJson(extra) << std::endl;
 }
 
-// "auto": the first CRI socket that exists (containerd, then CRI-O). "" (not
+// "auto": the first CRI socket that exists (containerd, k3s/RKE2's containerd,
+// then CRI-O). "" (not
 // configured): the same, but only a socket that exists, for pod labels.
 // "none": no CRI.
 std::string ResolveCriSocket(const std::string& configured) {
   if (configured == "none") return "";
   if (configured != "auto" && !configured.empty()) return configured;
-  for (const char* p : {"/run/containerd/containerd.sock", "/run/crio/crio.sock", "/var/run/crio/crio.sock"}) {
+  for (const char* p : {"/run/containerd/containerd.sock", "/run/k3s/containerd/containerd.sock", "/run/crio/crio.sock",
+                        "/var/run/crio/crio.sock"}) {
     if (PathExists(p)) return std::string("unix://") + p;
   }
   return configured.empty() ? "" : "unix:///run/containerd/containerd.sock";

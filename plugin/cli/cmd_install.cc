@@ -8,6 +8,7 @@
 #include "base/os.h"
 #include "cli.h"
 #include "install/containerd_config.h"
+#include "install/containerd_template.h"
 #include "install/docker_config.h"
 #include "install/hook_config.h"
 
@@ -82,18 +83,26 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
   cmd->add_option("--runtime-name", opts->runtime_name, "Runtime handler name (RuntimeClass handler)")
       ->capture_default_str();
   cmd->add_flag("--dry-run", opts->dry_run, "Print the resulting config.toml; write nothing");
+  auto template_dir = std::make_shared<std::string>();
+  cmd->add_option("--template-dir", *template_dir,
+                  "k3s/RKE2: edit the config template in this directory (config-v3.toml.tmpl or config.toml.tmpl, "
+                  "see containerd_template.h); --config is then the config.toml generated from it");
   if (install) {
     cmd->add_flag("--set-as-default", opts->set_as_default, "Also make it the CRI default_runtime_name");
     cmd->add_option("--runtime-path", opts->runtime_path, "Path of shmkeeper-runtime")->capture_default_str();
   }
-  cmd->callback([opts, &outcome, install] {
-    Result<ConfigChange> c = install ? InstallContainerd(*opts) : UninstallContainerd(*opts);
+  cmd->callback([opts, template_dir, &outcome, install] {
+    const std::string& dir = *template_dir;
+    Result<ConfigChange> c =
+        !dir.empty() ? (install ? InstallContainerdTemplate(*opts, dir) : UninstallContainerdTemplate(*opts, dir))
+        : install    ? InstallContainerd(*opts)
+                     : UninstallContainerd(*opts);
     if (!c.ok()) {
       outcome.status = c.status();
       return;
     }
-    PrintChange(install ? "installed" : "uninstalled", opts->config, "runtime handler \"" + opts->runtime_name + "\"",
-                opts->dry_run, *c,
+    PrintChange(install ? "installed" : "uninstalled", dir.empty() ? opts->config : dir + " (template)",
+                "runtime handler \"" + opts->runtime_name + "\"", opts->dry_run, *c,
                 std::string(opts->set_as_default ? " (default runtime)" : "") +
                     "; restart containerd to apply (systemctl restart containerd)");
   });

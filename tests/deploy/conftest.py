@@ -1,7 +1,7 @@
 """Session fixtures of the deploy tests (see tests/lib/k8s_render.py)."""
 import pytest
 
-from k8s_render import build_helmrender, install_k8s_models
+from k8s_render import install_k8s_models, k8s_tools
 
 
 @pytest.fixture(scope="session")
@@ -10,5 +10,5 @@ def k8s_models():
 
 
 @pytest.fixture(scope="session")
-def helmrender():
-    return build_helmrender()
+def helm():
+    return k8s_tools()["helm"]

@@ -41,9 +41,10 @@ def rendered():
 
 def test_kustomize_renders_every_object(rendered):
     kinds = sorted(d["kind"] for d in rendered)
-    assert kinds == ["ConfigMap", "DaemonSet", "DaemonSet", "Namespace", "RuntimeClass", "Service", "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DaemonSet", "Namespace",
+                     "RuntimeClass", "Service", "ServiceAccount"]
     for d in rendered:
-        if d["kind"] not in ("Namespace", "RuntimeClass"):
+        if d["kind"] not in ("Namespace", "RuntimeClass", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "shmkeeper"
 
 
@@ -61,8 +62,12 @@ def test_daemonset_mounts_and_images_hold_together(rendered):
             assert "lifecycle" not in c  # no preStop: a liveness kill or a rolling update must not uninstall
             for m in c.get("volumeMounts", []):
                 assert m["name"] in volumes, f"{c['name']} mounts {m['name']}, which has no volume"
-        # Host paths are checked, never created: no runtime directories appear on nodes using another runtime.
-        assert {v["hostPath"]["type"] for v in pod["volumes"] if "hostPath" in v} == {"Directory"}
+        # Host paths are checked, never created (no runtime directories appear on nodes using another
+        # runtime), except shmkeeper's own: the install root and /etc/shmkeeper.
+        for v in pod["volumes"]:
+            if "hostPath" in v:
+                assert v["hostPath"]["type"] == ("DirectoryOrCreate" if v["name"] in ("install-root", "host-policy")
+                                                 else "Directory"), v
         assert pod["hostPID"] is True
         assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
         for c in containers:
@@ -105,6 +110,8 @@ def test_policy_configmap_parses_with_the_agents_parser(rendered, tmp_path):
 def test_runtimeclass_names_the_handler_install_registers(rendered):
     rc = by_kind(rendered, "RuntimeClass")[0]
     assert rc["metadata"]["name"] == "shmkeeper" and rc["handler"] == "shmkeeper"
+    # Pods naming it land only on nodes the install container labelled ready.
+    assert rc["scheduling"]["nodeSelector"] == {"shmkeeper.io/runtime": "ready"}
 
 
 def kustomize_overlay(tmp_path, components):
@@ -122,11 +129,11 @@ def kustomize_overlay(tmp_path, components):
 def test_components_render(tmp_path):
     docs = kustomize(overlay(tmp_path, ["components/agent-only", "components/servicemonitor"], RELEASE_LABEL))
     pod = daemonset(docs)["spec"]["template"]["spec"]
-    init_env = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
+    init_env = {e["name"]: e.get("value") for e in pod["initContainers"][0]["env"]}
     assert init_env["SHMKEEPER_AGENT_ONLY"] == "true" and init_env["SHMKEEPER_RESTART_RUNTIME"] == "auto"
     assert "--reconcile" in pod["containers"][0]["command"]
     un = daemonset(docs, "shmkeeper-uninstall")["spec"]["template"]["spec"]
-    assert {e["name"]: e["value"] for e in un["initContainers"][0]["env"]}["SHMKEEPER_AGENT_ONLY"] == "true"
+    assert {e["name"]: e.get("value") for e in un["initContainers"][0]["env"]}["SHMKEEPER_AGENT_ONLY"] == "true"
     assert not by_kind(docs, "RuntimeClass")  # agent-only registers no handler
     sm = by_kind(docs, "ServiceMonitor")[0]
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
@@ -311,6 +318,6 @@ def test_node_setup_on_crio_and_in_agent_only_mode(node):
         assert p.returncode == 0 and "agent-only mode" in p.stdout
         assert not (host / "etc/crio/crio.conf.d/99-shmkeeper.conf").exists()
         p = node_setup(env, "install", SHMKEEPER_RUNTIME="docker")
-        assert p.returncode == 1 and "runtime must be auto, containerd or crio" in p.stderr
+        assert p.returncode == 1 and "runtime must be auto, containerd, k3s, rke2, microk8s or crio" in p.stderr
     finally:
         s.close()

@@ -14,12 +14,14 @@ from test_chart import CHART_VALUES
 CHART_SCHEMA_VARIANTS = dict(CHART_VALUES, **{
     "no-metrics": {"metrics": {"enabled": False}},
     "set-as-default+nodeSelector": {"setAsDefault": True, "nodeSelector": {"gpu": "true"}},
-    "existing-namespace": {"namespace": {"create": False}},
+    "own-namespace": {"namespace": {"create": True}},
+    "no-node-label": {"nodeLabel": {"enabled": False}},
+    "crio+report-only": {"runtime": {"distribution": "crio"}, "agent": {"reportOnly": True}},
 })
 
 
 @pytest.fixture(scope="module")
-def validated(k8s_models, helmrender, tmp_path_factory):
+def validated(k8s_models, helm, tmp_path_factory):
     """Every kustomize and chart variant, validated in one run (one tsc
     compile): the validator's output and how many objects each render had."""
     tmp = tmp_path_factory.mktemp("schema")
@@ -29,7 +31,7 @@ def validated(k8s_models, helmrender, tmp_path_factory):
     for name, values in CHART_SCHEMA_VARIANTS.items():
         d = tmp / ("chart-" + name)
         d.mkdir()
-        docs += [dict(o, __source="chart " + name) for o in render_chart(helmrender, d, values)]
+        docs += [dict(o, __source="chart " + name) for o in render_chart(helm, d, values, namespace="shmk-test")]
     p = validate(k8s_models, tmp, docs)
     assert p.stdout.strip().splitlines()[-1].startswith(f"{len(docs)} objects,"), p.stdout + p.stderr
     return p.stdout, {s: sum(1 for d in docs if d["__source"] == s) for s in {d["__source"] for d in docs}}

