@@ -293,8 +293,8 @@ def test_pid_in_a_neighbour_pid_namespace_is_alive(docker_engine, env):
     # Burn pids first, so that the creator's pid is one the owner's namespace does not have.
     e.docker("exec", "-d", "pidns-neighbour", "sh", "-c",
              "i=0; while [ $i -lt 40 ]; do true & i=$((i+1)); done; wait; "
-             "dd if=/dev/zero of=/dev/shm/torch_$$_0 bs=64k count=1 2>/dev/null; echo $$ > /tmp/creator; "
-             "exec sleep 600")
+             "sh -c 'dd if=/dev/zero of=/dev/shm/torch_$$_0 bs=64k count=1 2>/dev/null; echo $$ > /tmp/creator; "
+             "exec sleep 600' & wait")
     pid = int(wait_for(lambda: sh(e, "pidns-neighbour", "cat /tmp/creator", check=False).stdout.strip(),
                        timeout=20, what="the neighbour's creator"))
     path = f"/dev/shm/torch_{pid}_0"

@@ -250,3 +250,64 @@ def test_one_agent_per_state_dir(tmp_path, shm):
             ro.wait(timeout=10)
     finally:
         first.stop()
+
+
+def test_pid_in_a_neighbour_pid_namespace_runc(tmp_path, shm, rootfs):
+    """Two real runc containers share one tmpfs at /dev/shm and one IPC
+    namespace, each with its own pid namespace. A live process of the second
+    creates torch_<its pid>_0 and closes it; that pid does not exist in the
+    first one's namespace, whose pod is judged first. The file is not leaked
+    and survives reclaim; once that process exits it is leaked (control)."""
+    require(shutil.which("runc") is not None, "runc is not installed")
+    state = tmp_path / "runc-root"
+
+    def start(name, script, ipc_from=None):
+        def edit(spec):
+            spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/dev/shm"]
+            spec["mounts"].append({"destination": "/dev/shm", "type": "bind", "source": str(shm),
+                                   "options": ["rbind", "rw"]})
+            if ipc_from:
+                for ns in spec["linux"]["namespaces"]:
+                    if ns["type"] == "ipc":
+                        ns["path"] = f"/proc/{ipc_from}/ns/ipc"
+        from harness import oci_bundle
+        b = oci_bundle(tmp_path / name, rootfs, ["sh", "-c", script], edit=edit)
+        subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(b), name], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        return int(json.loads(run(["runc", "--root", state, "state", name]).stdout)["pid"])
+
+    base = tmp_path / "agent"
+    agent = start_agent(base, agent_config(base, [], reclaim="auto", runtime_roots=[state]))
+    try:
+        owner = start("pidns-a", "exec sleep 600")
+        # Burn pids first, so that the creator's pid is one the owner's namespace does not have.
+        neighbour = start("pidns-b", "i=0; while [ $i -lt 40 ]; do true & i=$((i+1)); done; wait; "
+                         "sh -c 'dd if=/dev/zero of=/dev/shm/torch_$$_0 bs=64k count=1 2>/dev/null; "
+                         "echo $$ > /dev/shm/.creator; exec sleep 600' & wait", ipc_from=owner)
+        creator = shm / ".creator"
+        pid = int(wait_for(lambda: creator.exists() and creator.read_text().strip(), timeout=20,
+                           what="the neighbour's creator"))
+        seg = shm / f"torch_{pid}_0"
+        # Positive control: the pid runs in the neighbour, and not in the owner's pid namespace.
+        for ns, same in (("ipc", True), ("pid", False)):
+            assert (os.readlink(f"/proc/{owner}/ns/{ns}") == os.readlink(f"/proc/{neighbour}/ns/{ns}")) == same, ns
+        owner_ns = os.readlink(f"/proc/{owner}/ns/pid")
+        assert not any(os.path.exists(f"/proc/{p}") and os.readlink(f"/proc/{p}/ns/pid") == owner_ns and
+                       open(f"/proc/{p}/status").read().split("NSpid:")[1].split("\n")[0].split()[-1] == str(pid)
+                       for p in os.listdir("/proc") if p.isdigit() and os.path.exists(f"/proc/{p}/ns/pid")), \
+            "pid collision with the owner's namespace"
+        keep = inodes([seg])
+        seen, deadline = set(), time.time() + 5
+        while time.time() < deadline:
+            seen |= {l["state"] for l in agent.json("leaks").get("leaks", []) if l["path"] == f"/dev/shm/{seg.name}"}
+            time.sleep(0.4)
+        agent.cli("reclaim", "--yes", check=False)
+        kept = metric_values(scrape(agent), "shmkeeper_node_segments_kept").get('{reason="creator_in_other_pid_ns"}',
+                                                                                0)
+        assert LEAKED not in seen and inodes([seg]) == keep and kept >= 1, (seen, inodes([seg]), keep, kept)
+        run(["runc", "--root", state, "exec", "pidns-b", "sh", "-c", f"kill {pid}"])
+        wait_for(lambda: not seg.exists(), timeout=20, what="reclaimed once its creator is gone (control)")
+    finally:
+        for name in ("pidns-b", "pidns-a"):
+            run(["runc", "--root", state, "delete", "-f", name], check=False)
+        agent.stop()
