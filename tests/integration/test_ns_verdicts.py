@@ -234,6 +234,10 @@ def test_one_agent_per_state_dir(tmp_path, shm):
             out, err = second.communicate()
             pytest.fail("a second agent on the same state directory started and kept running:\n" + err[-1500:])
         assert second.returncode != 0 and f"pid {first.proc.pid}" in err, (second.returncode, err[-2000:])
+        # Read-only on the first one's own socket: it must not steal it.
+        same = run([AGENTD, "--config", first.config, "--read-only"], check=False, timeout=30)
+        assert same.returncode != 0 and "in use by another agent" in same.stdout + same.stderr, same
+        assert first.cli("status", check=False).returncode == 0, "the first agent lost its socket"
         ro = subprocess.Popen([str(AGENTD), "--config", str(cfg), "--read-only"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
