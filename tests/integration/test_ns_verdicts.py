@@ -120,6 +120,8 @@ def test_bind_mounted_segment_is_held(tmp_path, shm, agent):
                    for h in s.get("holders", [])]
         if not any(str(target) in h.get("reference", "") for h in holders):
             problems.append(f"no mount evidence among the holders of {seg}: {holders}")
+        if counter(agent, "shmkeeper_node_segments_kept", 'reason="mount"') < 1:
+            problems.append("shmkeeper_node_segments_kept{reason=mount} does not count it")
         assert not problems, "\n".join(problems)
     finally:
         mnt.kill()
@@ -151,6 +153,8 @@ def test_loop_device_holder_is_held_and_not_retried(tmp_path, shm, agent):
             problems.append(f"status leakedBytes {node.get('leakedBytes')} counts the loop-held file")
         if not seg.exists():
             problems.append("a file backing a loop device was removed")
+        if counter(agent, "shmkeeper_node_segments_kept", 'reason="loop_device"') < 1:
+            problems.append("shmkeeper_node_segments_kept{reason=loop_device} does not count it")
         assert not problems, "\n".join(problems)
     finally:
         run(["losetup", "-d", dev], check=False)
@@ -211,6 +215,7 @@ def test_hidden_holders(tmp_path, shm, agent, mode):
     assert res["rc"] == 0 and res["removed"] == "0" and res["missing"] == "0", res
     if mode == "uring":
         assert not later and kept <= len(segs) * 2, (sorted(later), kept)
+        assert metric_values(text, "shmkeeper_node_segments_kept").get('{reason="lease"}', 0) == len(segs), text
     wait_for(lambda: not any(p.exists() for p in segs), timeout=20, what="reclaimed once the holder is gone")
 
 
