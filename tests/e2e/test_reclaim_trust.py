@@ -26,7 +26,7 @@ MiB = 1 << 20
 IMG = "shmk-busybox:test"
 NOBODY = "65534:65534"
 NAMES = ("trust-owner", "trust-neighbour", "held-owner", "held-neighbour", "verdict-app", "verdict-owner",
-         "verdict-neighbour", "userns-forge", "pidns-owner", "pidns-neighbour")
+         "verdict-neighbour", "userns-forge", "pidns-owner", "pidns-neighbour", "xattr-plant")
 
 
 @pytest.fixture(scope="module")
@@ -320,3 +320,27 @@ def test_pid_in_a_neighbour_pid_namespace_is_alive(docker_engine, env):
     sh(e, "pidns-neighbour", f"kill {pid}")
     wait_for(lambda: any(l["path"] == path and l["state"] == "LEAK_STATE_LEAKED" for l in leaks(agent)),
              timeout=20, what="leaked once its creator is gone (control)")
+
+
+def test_privileged_container_plants_quarantine_name_xattrs(docker_engine, env):
+    """Issue 22: a privileged container plants trusted.shmkeeper.name on
+    quarantine-named files: one naming a held file of its /dev/shm, one naming
+    a quarantine name (a rename loop). Neither the held file nor any other is
+    replaced, and no quarantine name is taken from an xattr."""
+    agent, e = env, docker_engine
+    # CAP_SYS_ADMIN is what trusted.* xattrs need (this sandbox cannot start a fully --privileged container).
+    start(e, agent.evdir, "xattr-plant", "--cap-add", "SYS_ADMIN")
+    sh(e, "xattr-plant", "dd if=/dev/zero of=/dev/shm/victim bs=64k count=1 2>/dev/null")
+    e.docker("exec", "-d", "xattr-plant", "/t/holders", "hold", "-t", "600", "/dev/shm/victim")
+    before = inode(e, "xattr-plant", "/dev/shm/victim")
+    outs = [sh(e, "xattr-plant", f"/t/holders plant -p {v} /dev/shm/.shmkeeper-reclaim.#{i}").stdout
+            for i, v in ((1, "victim"), (2, ".shmkeeper-reclaim.again"))]
+    # Positive control: the xattrs were set (a privileged container may).
+    assert all("planted " in o for o in outs), outs
+    for _ in range(4):
+        agent.cli("reclaim", "--yes", "--pod", "xattr-plant", check=False)
+        time.sleep(1)
+    names = sh(e, "xattr-plant", "ls -a /dev/shm").stdout.split()
+    assert inode(e, "xattr-plant", "/dev/shm/victim") == before, names
+    # On the landed main the second file went .shmkeeper-reclaim.again, then "again" at the next scan.
+    assert ".shmkeeper-reclaim.again" not in names and "again" not in names, names

@@ -46,6 +46,8 @@
  *   killer -P PID -n N [-t SECONDS] DIR    SIGKILL PID after N deletions in DIR, at the next quarantine
  *                                          rename into .shmkeeper-reclaim.* when the agent uses them
  *   unlink DIR                             unlink every regular file in DIR; prints "unlinked=<n> seconds=<s>"
+ *   plant -p VALUE PATH                    create PATH (if missing) and set its trusted.shmkeeper.name xattr to
+ *                                          VALUE (needs CAP_SYS_ADMIN: a privileged container)
  *   linker [-t SECONDS] DIR                hard-link every file renamed into DIR under a quarantine name
  *                                          (.shmkeeper-reclaim.*) to "<that name>.linked" at once (the
  *                                          reclaim's settle window); prints "linked=<n>" at the end
@@ -77,6 +79,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -460,6 +463,16 @@ static int mode_getfd(void) {
 }
 
 static int is_quarantine(const struct inotify_event* e);
+
+static int mode_plant(const char* path) {
+  if (!O.prefix) die("plant needs -p VALUE");
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) die(path);
+  if (fsetxattr(fd, "trusted.shmkeeper.name", O.prefix, strlen(O.prefix), 0) != 0) die("fsetxattr");
+  close(fd);
+  say("planted %s value=%s", path, O.prefix);
+  return 0;
+}
 
 static int mode_linker(const char* dir) {
   int in = inotify_init1(IN_CLOEXEC);
@@ -866,6 +879,7 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "killer") && nargs == 1) return mode_killer(args[0]);
   if (!strcmp(mode, "unlink") && nargs == 1) return mode_unlink(args[0]);
   if (!strcmp(mode, "linker") && nargs == 1) return mode_linker(args[0]);
+  if (!strcmp(mode, "plant") && nargs == 1) return mode_plant(args[0]);
   if (!strcmp(mode, "swap")) return mode_swap();
   NW = nargs;
   W = calloc((size_t)(NW ? NW : 1), sizeof *W);
