@@ -82,6 +82,7 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
       ph->set_pid(h.pid);
       ph->set_command(EscapeInvalidUtf8(h.command));
       ph->set_mapped(h.mapped);
+      ph->set_reference(EscapeInvalidUtf8(h.reference));
     }
   }
   out->set_leaked_bytes(in.leaked_bytes);

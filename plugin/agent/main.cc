@@ -5,11 +5,13 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
 
 #include "base/fileutil.h"
 #include "base/json.h"
 #include "cri_client.h"
 #include "decide/decision_log.h"
+#include "node/agent_lock.h"
 #include "node/engine.h"
 #include "server.h"
 #include "shmkeeper/version.h"
@@ -67,7 +69,12 @@ int Run(int argc, char** argv) {
   app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
   app.add_option("--socket", socket, "Override agent.socket");
   app.add_option("--metrics-address", metrics, "Override agent.metricsAddress");
-  bool check_config = false, reconcile = false, probe = false;
+  std::string state_dir;
+  app.add_option("--state-dir", state_dir, "Override agent.stateDir (the one-agent-per-node lock and identity)");
+  bool check_config = false, reconcile = false, probe = false, read_only = false;
+  app.add_flag("--read-only", read_only,
+               "Run beside the agent that holds the node's lock: serve and scan, but never reclaim and never rename "
+               "quarantined files back");
   app.add_flag("--reconcile", reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
   app.add_flag("--check-config", check_config, "Parse the config, print the effective settings as JSON and exit");
   app.add_flag("--probe", probe, "Liveness probe: ask the agent this config describes for /healthz; exit 0 if healthy");
@@ -98,6 +105,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (!socket.empty()) config->agent.socket = socket;
+  if (!state_dir.empty()) config->agent.state_dir = state_dir;
   if (app.count("--metrics-address")) config->agent.metrics_address = metrics;
   if (probe) {
     Result<std::string> health = ProbeHealth(*config);
@@ -117,7 +125,30 @@ int Run(int argc, char** argv) {
   // the largest scan; two arenas keep the agent's RSS near what it uses.
   ::mallopt(M_ARENA_MAX, 2);  // reclaim's file leases would deliver it on every break (reclaim.h)
 
-  Agent agent(*config, ScanOptionsFrom(*config));
+  // One agent per node: the lock is held until the process exits.
+  // A read-only agent takes no lock: it runs beside the one that holds it.
+  std::optional<AgentLock> lock;
+  if (!read_only) {
+    Result<AgentLock> taken = AgentLock::Acquire(config->agent.state_dir);
+    if (!taken.ok()) {
+      std::cerr << "shmkeeperd: " << taken.status().message() << "\n";
+      return 1;
+    }
+    lock = std::move(*taken);
+  }
+  Result<std::string> id = AgentIdentity(config->agent.state_dir);
+  if (!id.ok()) {
+    std::cerr << "shmkeeperd: agent identity: " << id.status().message() << "\n";
+    return 1;
+  }
+  ScanOptions scan = ScanOptionsFrom(*config);
+  scan.agent_id = *id;
+  scan.read_only = read_only;
+  if (read_only) {
+    Log("info", "read-only: this agent never reclaims and never renames quarantined files back",
+        {{"lock_holder_pid", AgentLock::Holder(config->agent.state_dir)}});
+  }
+  Agent agent(*config, scan);
   agent.SetLog([](LogLevel level, const std::string& msg) { Log(LogLevelName(level), msg); });
   std::shared_ptr<CriClient> cri;
   if (!config->agent.cri_socket.empty()) {  // labels always; sizes in agent-only mode

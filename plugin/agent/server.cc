@@ -19,6 +19,8 @@
 namespace shmkeeper::agent {
 namespace {
 
+bool UnixSocketAccepts(const std::string& path);
+
 Status PrepareSocketPath(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) {
@@ -28,6 +30,8 @@ Status PrepareSocketPath(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return Status::Precondition(path + " exists and is not a socket");
+    // A socket that answers is a running agent's (a --read-only one beside it): never steal it.
+    if (UnixSocketAccepts(path)) return Status::Precondition(path + " is in use by another agent");
     ::unlink(path.c_str());  // stale socket of a previous agent
   }
   return Status::Ok();

@@ -1,8 +1,9 @@
 // Reclaim against every way a process can hold a file that /proc hides or
 // shows late: a thread with a private fd table, a zombie leader whose worker
 // holds the file, a mapping whose fd was closed, an fd in flight in a unix
-// socket (SCM_RIGHTS), an O_PATH fd, a fork relay, and opens by name racing
-// the reclaim. Each segment is named torch_<dead pid>_…, so the scan calls
+// socket (SCM_RIGHTS), an O_PATH fd, a fork relay, opens by name racing
+// the reclaim, fds taken with pidfd_getfd(2), and quarantine names planted
+// by users or by another agent. Each segment is named torch_<dead pid>_…, so the scan calls
 // it leaked whenever it sees no holder: only the protocol keeps it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -290,6 +292,71 @@ TEST_F(ReclaimHoldersTest, InterruptedQuarantineIsRestoredByTheNextScan) {
   agent_->ScanNow();
   EXPECT_TRUE(Exists(f));
   EXPECT_FALSE(Exists(hidden));
+}
+
+// The only holder took the fd from the process that opened it (pidfd_getfd)
+// before that process died: an ordinary fd in the thief's table.
+TEST_F(ReclaimHoldersTest, FdTakenWithPidfdGetfd) {
+  std::string f = Make("getfd");
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  pid_t opener = ::fork();
+  if (opener == 0) {
+    int fd = ::open(f.c_str(), O_RDWR);
+    (void)!::write(p[1], &fd, sizeof fd);
+    for (;;) ::pause();
+  }
+  int theirs = -1;
+  ASSERT_EQ(::read(p[0], &theirs, sizeof theirs), static_cast<ssize_t>(sizeof theirs));
+  Spawn([&](int ready) {
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, opener, 0));
+    int fd = pidfd < 0 ? -1 : static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, theirs, 0));
+    if (fd < 0) ::_exit(4);
+    ::kill(opener, SIGKILL);
+    Ready(ready);
+  });
+  ::waitpid(opener, nullptr, 0);
+  EXPECT_EQ(ReclaimAll(), 0u);
+  EXPECT_TRUE(Exists(f));
+  KillChildren();
+  EXPECT_EQ(ReclaimAll(1), 1u);
+}
+
+// Another agent's quarantine name (its identity in the name) may belong to a
+// claim in progress: a scan leaves it alone while it is fresh.
+TEST_F(ReclaimHoldersTest, AnotherAgentsFreshQuarantineNameIsLeftAlone) {
+  std::string f = Make("foreign");
+  std::string base = f.substr(f.rfind('/') + 1);
+  std::string hidden = dir_ + "/.shmkeeper-reclaim.0badc0de." + base;
+  ASSERT_EQ(::rename(f.c_str(), hidden.c_str()), 0);
+  agent_->ScanNow();
+  EXPECT_TRUE(Exists(hidden));
+  EXPECT_FALSE(Exists(f));
+}
+
+// A privileged container plants trusted.shmkeeper.name on a quarantine file:
+// naming another file (held) never replaces it; naming a quarantine name is
+// refused (no rename loop).
+TEST_F(ReclaimHoldersTest, PlantedNameXattrNeverCostsAFile) {
+  std::string victim = Make("victim");
+  struct stat before;
+  ASSERT_EQ(::stat(victim.c_str(), &before), 0);
+  std::string victim_base = victim.substr(victim.rfind('/') + 1);
+  std::string planted = dir_ + "/.shmkeeper-reclaim.#1", looping = dir_ + "/.shmkeeper-reclaim.#2";
+  for (const std::string& p : {planted, looping}) {
+    int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  ASSERT_EQ(::setxattr(planted.c_str(), "trusted.shmkeeper.name", victim_base.data(), victim_base.size(), 0), 0);
+  std::string q = ".shmkeeper-reclaim.again";
+  ASSERT_EQ(::setxattr(looping.c_str(), "trusted.shmkeeper.name", q.data(), q.size(), 0), 0);
+  agent_->ScanNow();
+  struct stat after;
+  ASSERT_EQ(::stat(victim.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the planted name replaced the file it named";
+  EXPECT_FALSE(Exists(dir_ + "/" + q)) << "a quarantine name from the xattr was used";
+  EXPECT_TRUE(Exists(looping));
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ MiB = 1 << 20
 IMG = "shmk-busybox:test"
 NOBODY = "65534:65534"
 NAMES = ("trust-owner", "trust-neighbour", "held-owner", "held-neighbour", "verdict-app", "verdict-owner",
-         "verdict-neighbour")
+         "verdict-neighbour", "userns-forge", "pidns-owner", "pidns-neighbour", "xattr-plant")
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +240,107 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
            f"leaks says {leaked_sum}")
     assert not problems, "\n".join(problems)
 
+
+
+def test_userns_root_in_a_container_cannot_claim_roots_file(docker_engine, env):
+    """Issue 22: uid 1000 in a container (seccomp unconfined, as Kubernetes'
+    default profile is) makes a user namespace whose root maps to itself,
+    opens root's 0644 /dev/shm/model-cache.bin and sends a creator record,
+    then exits. The record is refused (userns_unmapped), the file never leaked
+    nor removed. Control: its record for a file uid 1000 owns is honoured."""
+    agent, e = env, docker_engine
+    start(e, agent.evdir, "userns-forge", "--security-opt", "seccomp=unconfined")
+    sh(e, "userns-forge", "dd if=/dev/zero of=/dev/shm/model-cache.bin bs=64k count=1 2>/dev/null; "
+                          "dd if=/dev/zero of=/dev/shm/own-cache.bin bs=64k count=1 2>/dev/null; "
+                          "busybox chmod 644 /dev/shm/*.bin; busybox chown 1000:1000 /dev/shm/own-cache.bin")
+    before = inode(e, "userns-forge", "/dev/shm/model-cache.bin")
+    refused0 = metric_values(scrape(agent), "shmkeeper_event_datagrams_rejected_total").get(
+        '{reason="userns_unmapped"}', 0)
+    outs = [sh(e, "userns-forge", f"/t/holders forge -S /ev/events.sock -U -o {n}", user="1000:1000").stdout
+            for n in ("model-cache.bin", "own-cache.bin")]
+    # Positive control: sent from root of a user namespace, holding the file.
+    assert all("sent path=" in o and "opened=1" in o and " uid=0 " in o for o in outs), outs
+    states, deadline = {}, time.time() + 6
+    while time.time() < deadline:
+        for l in leaks(agent):
+            if l["pod"]["name"] == "userns-forge":
+                states.setdefault(l["path"], set()).add(l["state"])
+        time.sleep(0.5)
+    agent.cli("reclaim", "--yes", "--pod", "userns-forge", check=False)
+    refused = metric_values(scrape(agent), "shmkeeper_event_datagrams_rejected_total").get(
+        '{reason="userns_unmapped"}', 0) - refused0
+    problems = []
+    if "LEAK_STATE_LEAKED" in states.get("/dev/shm/model-cache.bin", set()):
+        problems.append("root's file became leaked on a record from a user namespace that does not map root")
+    if inode(e, "userns-forge", "/dev/shm/model-cache.bin") != before:
+        problems.append("root's file was removed")
+    if refused < 1:
+        problems.append(f"rejected_total{{reason=userns_unmapped}} grew by {refused}")
+    if "LEAK_STATE_LEAKED" not in states.get("/dev/shm/own-cache.bin", set()):
+        problems.append(f"control: the record for the sender's own file was not honoured: {states}")
+    assert not problems, "\n".join(problems)
+
+
+def test_pid_in_a_neighbour_pid_namespace_is_alive(docker_engine, env):
+    """Issue 22: two containers share one /dev/shm and IPC namespace
+    (--ipc=shareable, --ipc=container:) but not their pid namespaces. A live
+    process of the neighbour creates torch_<its pid>_0 and closes it; that pid
+    does not exist in the owner's namespace. The file is not leaked and
+    survives reclaim; once that process exits, it is leaked (control)."""
+    agent, e = env, docker_engine
+    start(e, agent.evdir, "pidns-owner", "--ipc", "shareable")
+    start(e, agent.evdir, "pidns-neighbour", "--ipc", "container:pidns-owner")
+    # Burn pids first, so that the creator's pid is one the owner's namespace does not have.
+    e.docker("exec", "-d", "pidns-neighbour", "sh", "-c",
+             "i=0; while [ $i -lt 40 ]; do true & i=$((i+1)); done; wait; "
+             "sh -c 'dd if=/dev/zero of=/dev/shm/torch_$$_0 bs=64k count=1 2>/dev/null; echo $$ > /tmp/creator; "
+             "exec sleep 600' & wait")
+    pid = int(wait_for(lambda: sh(e, "pidns-neighbour", "cat /tmp/creator", check=False).stdout.strip(),
+                       timeout=20, what="the neighbour's creator"))
+    path = f"/dev/shm/torch_{pid}_0"
+    # Positive control: the creator runs in the neighbour, its pid is absent from the owner's namespace.
+    assert sh(e, "pidns-neighbour", f"kill -0 {pid}", check=False).returncode == 0
+    assert sh(e, "pidns-owner", f"test -e /proc/{pid}", check=False).returncode != 0, "pid collision: rerun"
+    before = inode(e, "pidns-owner", path)
+    seen, deadline = set(), time.time() + 5
+    while time.time() < deadline:
+        seen |= {l["state"] for l in leaks(agent) if l["path"] == path}
+        time.sleep(0.5)
+    for pod in ("pidns-owner", "pidns-neighbour"):
+        agent.cli("reclaim", "--yes", "--pod", pod, check=False)
+    kept = metric_values(scrape(agent), "shmkeeper_node_segments_kept").get('{reason="creator_in_other_pid_ns"}', 0)
+    problems = []
+    if "LEAK_STATE_LEAKED" in seen:
+        problems.append(f"{path} of a live process of the neighbour pid namespace was called leaked")
+    if inode(e, "pidns-owner", path) != before:
+        problems.append(f"{path} was removed while its creator runs")
+    if kept < 1:
+        problems.append(f"shmkeeper_node_segments_kept{{reason=creator_in_other_pid_ns}} = {kept}")
+    assert not problems, "\n".join(problems)
+    sh(e, "pidns-neighbour", f"kill {pid}")
+    wait_for(lambda: any(l["path"] == path and l["state"] == "LEAK_STATE_LEAKED" for l in leaks(agent)),
+             timeout=20, what="leaked once its creator is gone (control)")
+
+
+def test_privileged_container_plants_quarantine_name_xattrs(docker_engine, env):
+    """Issue 22: a privileged container plants trusted.shmkeeper.name on
+    quarantine-named files: one naming a held file of its /dev/shm, one naming
+    a quarantine name (a rename loop). Neither the held file nor any other is
+    replaced, and no quarantine name is taken from an xattr."""
+    agent, e = env, docker_engine
+    # CAP_SYS_ADMIN is what trusted.* xattrs need (this sandbox cannot start a fully --privileged container).
+    start(e, agent.evdir, "xattr-plant", "--cap-add", "SYS_ADMIN")
+    sh(e, "xattr-plant", "dd if=/dev/zero of=/dev/shm/victim bs=64k count=1 2>/dev/null")
+    e.docker("exec", "-d", "xattr-plant", "/t/holders", "hold", "-t", "600", "/dev/shm/victim")
+    before = inode(e, "xattr-plant", "/dev/shm/victim")
+    outs = [sh(e, "xattr-plant", f"/t/holders plant -p {v} /dev/shm/.shmkeeper-reclaim.#{i}").stdout
+            for i, v in ((1, "victim"), (2, ".shmkeeper-reclaim.again"))]
+    # Positive control: the xattrs were set (a privileged container may).
+    assert all("planted " in o for o in outs), outs
+    for _ in range(4):
+        agent.cli("reclaim", "--yes", "--pod", "xattr-plant", check=False)
+        time.sleep(1)
+    names = sh(e, "xattr-plant", "ls -a /dev/shm").stdout.split()
+    assert inode(e, "xattr-plant", "/dev/shm/victim") == before, names
+    # On the landed main the second file went .shmkeeper-reclaim.again, then "again" at the next scan.
+    assert ".shmkeeper-reclaim.again" not in names and "again" not in names, names

@@ -14,6 +14,10 @@
  *                 after -a..-b ms (default 1..5) and exits at once; a subreaper reaps the chain
  *   map-closed    map each PATH and close its fd
  *   scm           send each PATH's fd over a socketpair (SCM_RIGHTS), close it; receive only at the end
+ *   opath-scm     the same with an O_PATH fd; at the end reopen it through /proc/self/fd (removed: nlink 0)
+ *   uring         register each PATH's fd with an io_uring (IORING_REGISTER_FILES), close it; only the ring
+ *                 holds the file
+ *   getfd         a child opens each PATH; the holder takes the fds with pidfd_getfd(2), the child is killed
  *   reopen-storm  open a random PATH (or -p PREFIX with -n N: PREFIX0..PREFIX<N-1>), keep it 0-2 ms,
  *                 close; an fd whose st_nlink is 0 while open is a file removed after it was opened;
  *                 -r: recreate a name that is gone (closed at once: a fresh leak, the churn goes on)
@@ -42,6 +46,13 @@
  *   killer -P PID -n N [-t SECONDS] DIR    SIGKILL PID after N deletions in DIR, at the next quarantine
  *                                          rename into .shmkeeper-reclaim.* when the agent uses them
  *   unlink DIR                             unlink every regular file in DIR; prints "unlinked=<n> seconds=<s>"
+ *   plant -p VALUE PATH                    create PATH (if missing) and set its trusted.shmkeeper.name xattr to
+ *                                          VALUE (needs CAP_SYS_ADMIN: a privileged container)
+ *   linker [-t SECONDS] DIR                hard-link every file renamed into DIR under a quarantine name
+ *                                          (.shmkeeper-reclaim.*) to "<that name>.linked" at once (the
+ *                                          reclaim's settle window); prints "linked=<n>" at the end
+ * forge -U: after dropping to UID/GID, unshare(CLONE_NEWUSER) and map uid/gid 0 of the new namespace to
+ * them (root of a user namespace the sender made itself, with every capability there).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -49,6 +60,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <linux/io_uring.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -64,8 +76,10 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,7 +87,7 @@
 
 struct opts {
   double seconds, settle;
-  int seed, map, n, min_ms, max_ms, vcount, linger_ms, keep_s, open_first, refill, read_only;
+  int seed, map, n, min_ms, max_ms, vcount, linger_ms, keep_s, open_first, refill, read_only, userns;
   long bytes, uid, gid, pid;
   const char *prefix, *vprefix, *tag, *socket, *bind_dir;
 };
@@ -343,6 +357,152 @@ static int mode_scm(void) {
   return report("scm", NULL);
 }
 
+static int send_fd(int sock, int fd) {
+  struct scm_buf b;
+  scm_init(&b);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&b.msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return sendmsg(sock, &b.msg, 0) == 1;
+}
+
+/* An O_PATH fd in flight: no open file description (no lease conflict), no /proc entry. At the end it is
+ * received and reopened through /proc/self/fd: a file with no name left (nlink 0) was removed. */
+static int mode_opath_scm(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
+  for (int i = 0; i < NW; ++i) {
+    int fd = open(W[i].path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) die(W[i].path);
+    W[i].dev = st.st_dev;
+    W[i].ino = st.st_ino;
+    if (!send_fd(sv[0], fd)) die("sendmsg");
+    close(fd);
+  }
+  ready();
+  double deadline = now() + O.seconds;
+  while (now() < deadline) {
+    for (int i = 0; i < NW; ++i) transient += !name_ok(&W[i]);
+    sleep_ms(20);
+  }
+  for (int i = 0; i < NW; ++i) {
+    struct scm_buf b;
+    scm_init(&b);
+    if (recvmsg(sv[1], &b.msg, MSG_CMSG_CLOEXEC) != 1) die("recvmsg");
+    struct cmsghdr* c = CMSG_FIRSTHDR(&b.msg);
+    if (!c || c->cmsg_type != SCM_RIGHTS) die("no SCM_RIGHTS");
+    int opath;
+    memcpy(&opath, CMSG_DATA(c), sizeof(int));
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", opath);
+    W[i].fd = open(self, O_RDONLY | O_CLOEXEC);
+    if (W[i].fd < 0) die("reopen through /proc/self/fd");
+  }
+  check_all();
+  return report("opath-scm", NULL);
+}
+
+/* Each file registered with an io_uring and its fd closed: only the ring's fixed-file table holds it. */
+static int mode_uring(void) {
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  int ring = (int)syscall(__NR_io_uring_setup, 4, &p);
+  if (ring < 0) die("io_uring_setup");
+  int* fds = calloc((size_t)(NW ? NW : 1), sizeof *fds);
+  for (int i = 0; i < NW; ++i) {
+    take(&W[i], 0);
+    fds[i] = W[i].fd;
+  }
+  if (syscall(__NR_io_uring_register, ring, IORING_REGISTER_FILES, fds, NW) != 0) die("IORING_REGISTER_FILES");
+  for (int i = 0; i < NW; ++i) {
+    close(W[i].fd);
+    W[i].fd = -1;
+  }
+  ready();
+  double deadline = now() + O.seconds;
+  while (now() < deadline) {
+    for (int i = 0; i < NW; ++i) transient += !name_ok(&W[i]);
+    sleep_ms(20);
+  }
+  /* The ring's table is the only reference: a removed file shows as missing at the end. */
+  return report("uring", NULL);
+}
+
+/* A child opens the files; the holder takes its fds with pidfd_getfd(2), then kills it. */
+static int mode_getfd(void) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) die("pipe");
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) {
+    for (int i = 0; i < NW; ++i) {
+      take(&W[i], 0);
+      if (write(pipefd[1], &W[i].fd, sizeof(int)) != sizeof(int)) _exit(4);
+    }
+    for (;;) pause();
+  }
+  int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+  if (pidfd < 0) die("pidfd_open");
+  for (int i = 0; i < NW; ++i) {
+    int theirs;
+    if (read(pipefd[0], &theirs, sizeof theirs) != sizeof theirs) die("read");
+    W[i].fd = (int)syscall(SYS_pidfd_getfd, pidfd, theirs, 0);
+    struct stat st;
+    if (W[i].fd < 0 || fstat(W[i].fd, &st) != 0) die("pidfd_getfd");
+    W[i].dev = st.st_dev;
+    W[i].ino = st.st_ino;
+  }
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  ready();
+  watch_until(now() + O.seconds);
+  return report("getfd", NULL);
+}
+
+static int is_quarantine(const struct inotify_event* e);
+
+static int mode_plant(const char* path) {
+  if (!O.prefix) die("plant needs -p VALUE");
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) die(path);
+  if (fsetxattr(fd, "trusted.shmkeeper.name", O.prefix, strlen(O.prefix), 0) != 0) die("fsetxattr");
+  close(fd);
+  say("planted %s value=%s", path, O.prefix);
+  return 0;
+}
+
+static int mode_linker(const char* dir) {
+  int in = inotify_init1(IN_CLOEXEC);
+  if (in < 0 || inotify_add_watch(in, dir, IN_MOVED_TO) < 0) die("inotify");
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) die(dir);
+  ready();
+  long linked = 0;
+  double deadline = now() + O.seconds;
+  _Alignas(struct inotify_event) char buf[65536];
+  while (now() < deadline) {
+    struct pollfd pfd = {in, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    ssize_t n = read(in, buf, sizeof buf);
+    for (char* q = buf; n > 0 && q < buf + n;) {
+      struct inotify_event* e = (struct inotify_event*)q;
+      q += sizeof *e + e->len;
+      if (!is_quarantine(e)) continue;
+      char to[NAME_MAX + 1];
+      snprintf(to, sizeof to, "%.240s.linked", e->name + strlen(QUARANTINE));
+      if (linkat(dfd, e->name, dfd, to, 0) == 0) {
+        ++linked;
+        say("linked %s", e->name);
+      }
+    }
+  }
+  say("linked=%ld", linked);
+  return 0;
+}
+
 /* Names PREFIX0..PREFIX<n-1>, or the PATH arguments. */
 static char** storm_names(int argc, char** argv, int* count) {
   if (O.prefix && O.n > 0) {
@@ -495,6 +655,27 @@ static int mode_sleepers(void) {
   return 0;
 }
 
+static void write_file(const char* path, const char* text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die(path);
+  close(fd);
+}
+
+/* uid and gid 0 of a new user namespace, mapped to the caller's own ids. */
+static void become_userns_root(void) {
+  uid_t uid = getuid();
+  gid_t gid = getgid();
+  /* setuid(2) made the process non-dumpable: its /proc files would stay root's and its maps unwritable. */
+  if (prctl(PR_SET_DUMPABLE, 1) != 0) die("PR_SET_DUMPABLE");
+  if (unshare(CLONE_NEWUSER) != 0) die("unshare(CLONE_NEWUSER)");
+  char map[64];
+  write_file("/proc/self/setgroups", "deny");
+  snprintf(map, sizeof map, "0 %u 1", (unsigned)uid);
+  write_file("/proc/self/uid_map", map);
+  snprintf(map, sizeof map, "0 %u 1", (unsigned)gid);
+  write_file("/proc/self/gid_map", map);
+}
+
 static int mode_forge(const char* name) {
   if (!O.socket) die("forge needs -S SOCKET");
   if (O.bind_dir) {
@@ -504,6 +685,7 @@ static int mode_forge(const char* name) {
   }
   if (O.gid >= 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)O.gid) != 0)) die("setgid");
   if (O.uid >= 0 && setuid((uid_t)O.uid) != 0) die("setuid");
+  if (O.userns) become_userns_root();
   char path[PATH_MAX];
   snprintf(path, sizeof path, "/dev/shm/%s", name);
   int fd = -1;
@@ -627,12 +809,12 @@ static const struct {
   enum kind kind;
   void* field;
 } kOptions[] = {
-    {'t', kDouble, &O.seconds},  {'w', kDouble, &O.settle},  {'s', kInt, &O.seed},   {'m', kFlag, &O.map},
-    {'n', kInt, &O.n},           {'a', kInt, &O.min_ms},     {'b', kInt, &O.max_ms}, {'p', kString, &O.prefix},
-    {'v', kString, &O.vprefix},  {'V', kInt, &O.vcount},     {'x', kString, &O.tag}, {'z', kLong, &O.bytes},
-    {'S', kString, &O.socket},   {'u', kLong, &O.uid},       {'g', kLong, &O.gid},   {'B', kString, &O.bind_dir},
-    {'o', kFlag, &O.open_first}, {'l', kInt, &O.linger_ms},  {'k', kInt, &O.keep_s}, {'P', kLong, &O.pid},
-    {'r', kFlag, &O.refill},     {'R', kFlag, &O.read_only},
+    {'t', kDouble, &O.seconds},  {'w', kDouble, &O.settle},  {'s', kInt, &O.seed},    {'m', kFlag, &O.map},
+    {'n', kInt, &O.n},           {'a', kInt, &O.min_ms},     {'b', kInt, &O.max_ms},  {'p', kString, &O.prefix},
+    {'v', kString, &O.vprefix},  {'V', kInt, &O.vcount},     {'x', kString, &O.tag},  {'z', kLong, &O.bytes},
+    {'S', kString, &O.socket},   {'u', kLong, &O.uid},       {'g', kLong, &O.gid},    {'B', kString, &O.bind_dir},
+    {'o', kFlag, &O.open_first}, {'l', kInt, &O.linger_ms},  {'k', kInt, &O.keep_s},  {'P', kLong, &O.pid},
+    {'r', kFlag, &O.refill},     {'R', kFlag, &O.read_only}, {'U', kFlag, &O.userns},
 };
 
 /* getopt over kOptions; false on an unknown option. */
@@ -696,6 +878,8 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "forge") && nargs == 1) return mode_forge(args[0]);
   if (!strcmp(mode, "killer") && nargs == 1) return mode_killer(args[0]);
   if (!strcmp(mode, "unlink") && nargs == 1) return mode_unlink(args[0]);
+  if (!strcmp(mode, "linker") && nargs == 1) return mode_linker(args[0]);
+  if (!strcmp(mode, "plant") && nargs == 1) return mode_plant(args[0]);
   if (!strcmp(mode, "swap")) return mode_swap();
   NW = nargs;
   W = calloc((size_t)(NW ? NW : 1), sizeof *W);
@@ -709,6 +893,9 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "relay")) return mode_relay();
   if (!strcmp(mode, "map-closed")) return mode_map_closed();
   if (!strcmp(mode, "scm")) return mode_scm();
+  if (!strcmp(mode, "opath-scm")) return mode_opath_scm();
+  if (!strcmp(mode, "uring")) return mode_uring();
+  if (!strcmp(mode, "getfd")) return mode_getfd();
   fprintf(stderr, "holders: unknown mode or arguments: %s\n", mode);
   return 2;
 }

@@ -285,7 +285,9 @@ class AgentProcess:
         self.log = base / "agent.log"
 
     def start(self):
-        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config)], stdout=open(self.log, "a"),
+        # A private state directory (the one-agent-per-node lock) unless the config names one.
+        state = [] if "stateDir" in self.config.read_text() else ["--state-dir", str(self.base / "state")]
+        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config), *state], stdout=open(self.log, "a"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 20
         while time.time() < deadline:

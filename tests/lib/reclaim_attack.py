@@ -45,14 +45,15 @@ def world_reachable_dir(prefix="shmk-ev-") -> Path:
 
 
 def agent_config(base: Path, dirs, reclaim="report", scan="1s", grace="1s", event_socket=None, runtime_roots=(),
-                 docker_socket=""):
+                 docker_socket="", state_dir=None):
     """A shmkeeperd config that watches only `dirs` and the given runtime
-    roots / Docker socket (none by default), with an event socket (private by
-    default) and an ephemeral metrics port."""
+    roots / Docker socket (none by default), with an event socket and a state
+    directory (private by default) and an ephemeral metrics port."""
     ev = event_socket or f"{base}/events/events.sock"
     return f"""
 agent:
   socket: {base}/agent.sock
+  stateDir: {state_dir or f"{base}/state"}
   eventSocket: {ev}
   metricsAddress: 127.0.0.1:0
   scanInterval: {scan}

@@ -63,6 +63,10 @@ struct Config {
     // agent.eventSocket: the datagram socket the hook's poststop and the
     // sharing runtime's creator records go to ("" = off).
     std::string event_socket = "/run/shmkeeper/events/events.sock";
+    // agent.stateDir: where the agent keeps its lock (one agent per node:
+    // shmkeeperd.lock, flock) and its identity (agent-id, in its quarantine
+    // names). Every agent of a node must use the same one.
+    std::string state_dir = "/run/shmkeeper";
     // agent.criSocket: the CRI runtime socket (containerd or CRI-O) the agent
     // lists pod sandboxes on, "unix:///run/containerd/containerd.sock";
     // "auto" = containerd's or CRI-O's default socket, whichever exists; "" = off.

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "base/fileutil.h"
@@ -56,6 +58,8 @@ const char* ClaimRejectionName(ClaimRejection r) {
       return "not_holder";
     case ClaimRejection::kNotOwner:
       return "not_owner";
+    case ClaimRejection::kUsernsUnmapped:
+      return "userns_unmapped";
     case ClaimRejection::kLiveCreator:
       return "live_creator";
   }
@@ -64,17 +68,52 @@ const char* ClaimRejectionName(ClaimRejection r) {
 
 namespace {
 
-// Whether `pid` (with host uid `uid`) is root in its own user namespace: its
-// uid_map maps uid 0 of its namespace to `uid`.
-bool RootInOwnUserNs(pid_t pid, uid_t uid, const std::string& proc) {
-  Result<std::string> map = ReadFile(proc + "/" + std::to_string(pid) + "/uid_map", 64 << 10);
+// Whether `id` (in the agent's user namespace) is mapped into the user
+// namespace of `pid`: its uid_map or gid_map (`which`), read by the agent,
+// gives the outside ids in the agent's own namespace.
+bool MappedInto(pid_t pid, const char* which, unsigned long id, const std::string& proc) {
+  Result<std::string> map = ReadFile(proc + "/" + std::to_string(pid) + "/" + which, 64 << 10);
   if (!map.ok()) return false;
   std::istringstream lines(*map);
   unsigned long inside = 0, outside = 0, count = 0;
   while (lines >> inside >> outside >> count) {
-    if (inside == 0 && count > 0 && outside == uid) return true;
+    if (id >= outside && id - outside < count) return true;
   }
   return false;
+}
+
+// Whether `pid` has CAP_FOWNER in its effective set (CapEff of its status:
+// capabilities in its own user namespace).
+bool HasFowner(pid_t pid, const std::string& proc) {
+  Result<std::string> status = ReadFile(proc + "/" + std::to_string(pid) + "/status", 64 << 10);
+  if (!status.ok()) return false;
+  size_t at = status->find("\nCapEff:");
+  if (at == std::string::npos) return false;
+  unsigned long long caps = std::strtoull(status->c_str() + at + 8, nullptr, 16);
+  constexpr int kCapFowner = 3;
+  return (caps >> kCapFowner) & 1;
+}
+
+// Whether `pid` lives in the agent's own user namespace (the initial one on
+// a node: the agent runs on the host's).
+bool InAgentUserNs(pid_t pid, const std::string& proc) {
+  struct stat mine, theirs;
+  return ::stat((proc + "/self/ns/user").c_str(), &mine) == 0 &&
+         ::stat((proc + "/" + std::to_string(pid) + "/ns/user").c_str(), &theirs) == 0 &&
+         mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
+// Whether the sender could remove the file (`st`, in the directory `dir`)
+// without shmkeeper: see the trust model in creator_book.h.
+std::optional<ClaimRejection> MayRemove(const SenderCreds& sender, const struct stat& st, const struct stat& dir,
+                                        const std::string& proc) {
+  if (sender.uid == st.st_uid || sender.uid == dir.st_uid) return std::nullopt;
+  if (!HasFowner(sender.pid, proc)) return ClaimRejection::kNotOwner;
+  if (InAgentUserNs(sender.pid, proc)) return std::nullopt;
+  if (MappedInto(sender.pid, "uid_map", st.st_uid, proc) && MappedInto(sender.pid, "gid_map", st.st_gid, proc)) {
+    return std::nullopt;
+  }
+  return ClaimRejection::kUsernsUnmapped;
 }
 
 Status Reject(ClaimRejection r, ClaimRejection* why, Status s) {
@@ -97,18 +136,32 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   if (!shm.ok()) return Reject(ClaimRejection::kNoFile, why, shm.status());
   // O_PATH: the agent's look must not open the file (it would break a
   // reclaim's lease, and it would count as a holder).
-  Result<UniqueFd> file = OpenInRoot(shm->get(), path.substr(kShm.size()), O_PATH | O_NOFOLLOW, false);
+  std::string rel = path.substr(kShm.size());
+  Result<UniqueFd> file = OpenInRoot(shm->get(), rel, O_PATH | O_NOFOLLOW, false);
   if (!file.ok()) return Reject(ClaimRejection::kNoFile, why, file.status());
-  struct stat st;
+  struct stat st, dir;
   if (::fstat(file->get(), &st) != 0) return Reject(ClaimRejection::kNoFile, why, Status::FromErrno(errno, "stat"));
   if (!S_ISREG(st.st_mode)) return Reject(ClaimRejection::kNoFile, why, Status::Invalid("not a regular file"));
+  int dir_fd = shm->get();
+  UniqueFd parent;
+  if (size_t slash = rel.rfind('/'); slash != std::string::npos) {
+    Result<UniqueFd> d = OpenInRoot(shm->get(), rel.substr(0, slash), O_PATH | O_DIRECTORY, false);
+    if (!d.ok()) return Reject(ClaimRejection::kNoFile, why, d.status());
+    parent = std::move(*d);
+    dir_fd = parent.get();
+  }
+  if (::fstat(dir_fd, &dir) != 0) return Reject(ClaimRejection::kNoFile, why, Status::FromErrno(errno, "stat"));
   VerifiedClaim claim{FileKey{st.st_dev, st.st_ino}, {}};
   if (!ProcessHolds(sender.pid, claim.key, proc)) {
     return Reject(ClaimRejection::kNotHolder, why, Status::Precondition("the sender does not hold " + path));
   }
-  if (sender.uid != st.st_uid && sender.uid != 0 && !RootInOwnUserNs(sender.pid, sender.uid, proc)) {
-    return Reject(ClaimRejection::kNotOwner, why,
-                  Status::Precondition("uid " + std::to_string(sender.uid) + " does not own " + path));
+  if (std::optional<ClaimRejection> refused = MayRemove(sender, st, dir, proc)) {
+    return Reject(
+        *refused, why,
+        Status::Precondition("uid " + std::to_string(sender.uid) + " could not remove " + path +
+                             (*refused == ClaimRejection::kUsernsUnmapped
+                                  ? " (CAP_FOWNER only in a user namespace that does not map the file's owner)"
+                                  : " (neither the owner of the file or its directory, nor CAP_FOWNER)")));
   }
   CreatorRecord& rec = claim.record;
   rec.host_pid = sender.pid;

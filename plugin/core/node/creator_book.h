@@ -7,10 +7,15 @@
 // sender's /dev/shm (its /proc/<pid>/root, resolved without leaving that
 // root), so a sender can only speak about files in its own /dev/shm. The
 // claim becomes a record only when, at receipt, the sender itself has that
-// inode open or mapped (any of its threads) and may own it: its uid is the
-// file's owner, or it is root (on the host, or in its own user namespace).
-// A record never replaces the record of a creator that still runs. Claims
-// that fail are counted by reason and never acted on.
+// inode open or mapped (any of its threads) and could remove it anyway: its
+// uid (as the kernel translated it into the agent's user namespace) owns the
+// file or its directory, or it has CAP_FOWNER in the agent's (initial) user
+// namespace, or it has CAP_FOWNER in a user namespace into which the file's
+// owner and group are both mapped (exactly when the kernel would let that
+// capability act on the file). Root of a user namespace the sender made for
+// itself proves nothing about a file whose owner is not mapped into it
+// (docs/reclaim-safety.md). A record never replaces the record of a creator
+// that still runs. Claims that fail are counted by reason and never acted on.
 //
 // Thread-safety: CreatorBook's methods may be called from any thread.
 #pragma once
@@ -58,12 +63,16 @@ class CreatorBook {
 // Why a creator claim was refused: the label of
 // shmkeeper_event_datagrams_rejected_total.
 enum class ClaimRejection {
-  kMalformed,    // not {"type":"create","path":"/dev/shm/<name>"}
-  kNoFile,       // no such regular file in the sender's /dev/shm, or the sender is gone
-  kNotHolder,    // the sender does not have the file open or mapped
-  kNotOwner,     // the sender's uid is neither the owner's nor root
-  kLiveCreator,  // the file already has a record of a creator that runs
+  kMalformed,       // not {"type":"create","path":"/dev/shm/<name>"}
+  kNoFile,          // no such regular file in the sender's /dev/shm, or the sender is gone
+  kNotHolder,       // the sender does not have the file open or mapped
+  kNotOwner,        // the sender neither owns the file or its directory nor has CAP_FOWNER
+  kUsernsUnmapped,  // CAP_FOWNER only in a user namespace that does not map the file's owner or group
+  kLiveCreator,     // the file already has a record of a creator that runs
 };
+inline constexpr ClaimRejection kAllClaimRejections[] = {ClaimRejection::kMalformed,      ClaimRejection::kNoFile,
+                                                         ClaimRejection::kNotHolder,      ClaimRejection::kNotOwner,
+                                                         ClaimRejection::kUsernsUnmapped, ClaimRejection::kLiveCreator};
 const char* ClaimRejectionName(ClaimRejection r);
 
 // The kernel's word on a datagram's sender (SCM_CREDENTIALS, translated into

@@ -101,6 +101,8 @@ Agent::Agent(const Config& config, ScanOptions scan, Os* os)
       reporter_((scan = WithCreators(std::move(scan))).reporter),
       scanner_(scan),  // one CreatorBook, shared with the receiver; one Reporter for all
       runtime_roots_(scan.runtime_roots),
+      agent_id_(scan.agent_id),
+      read_only_(scan.read_only),
       creators_(scan.creators) {}
 
 void Agent::SetLog(AgentLog log) {
@@ -306,7 +308,7 @@ void Agent::AutoReclaim(const NodeSnapshot& snap) {
     bool on = config_.leaks.reclaim == LeakReclaim::kAuto || l.reclaim_auto;
     if (on && l.reclaimable) due.push_back(l);
   }
-  if (!due.empty()) RecordReclaim(ReclaimLeaks(due, /*dry_run=*/false));
+  if (!due.empty() && !read_only_) RecordReclaim(ReclaimLeaks(due, /*dry_run=*/false, "/proc", agent_id_));
 }
 
 namespace {
@@ -339,13 +341,20 @@ void Agent::RecordReclaim(const ReclaimOutcome& out) {
     std::lock_guard<std::mutex> lock(counters_mu_);
     for (const SkippedLeak& k : out.skipped) {
       if (k.reason == "verdict") continue;  // not a candidate: nothing was refused
+      if (k.reason == "pinned") {           // removed, but not freed
+        counters_.reclaim_pinned++;
+        continue;
+      }
       counters_.reclaim_kept[k.reason]++;
       if (k.reason == "error") counters_.reclaim_errors++;
     }
     counters_.reclaim_raced += out.raced;
   }
   for (const SkippedLeak& k : out.skipped) {
-    if (k.reason == "error") log_(LogLevel::kError, "reclaim of " + Where(k.leak) + " failed: " + k.message);
+    if (k.reason == "error" || k.reason == "pinned") {
+      log_(LogLevel::kError, "reclaim of " + Where(k.leak) + (k.reason == "error" ? " failed: " : ": ") + k.message);
+    }
+    if (k.lease_refused && k.leak.sysv_id < 0) scanner_.NoteLeaseRefused(k.leak.key);
   }
   if (out.raced) {
     log_(LogLevel::kError, std::to_string(out.raced) +
@@ -407,6 +416,9 @@ std::vector<LeakRecord> Agent::ListLeaks(const std::string& ns, const std::strin
 
 Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
                                       const std::vector<std::string>& paths) {
+  if (read_only_ && !dry_run) {
+    return Status::Precondition("this agent is read-only (--read-only): another agent owns reclaim on this node");
+  }
   // A fresh scan first: reclaim acts on what is true now, not on the last
   // tick; and no scan runs while files are in quarantine.
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
@@ -418,7 +430,7 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
                   std::find(paths.begin(), paths.end(), EscapeInvalidUtf8(l.path)) != paths.end();
     if (paths.empty() || listed) candidates.push_back(l);
   }
-  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run);
+  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run, "/proc", agent_id_);
   if (!dry_run) RecordReclaim(out);
   return out;
 }

@@ -58,6 +58,7 @@ struct AgentCounters {
   std::map<std::string, int64_t> reclaim_kept;        // by SkippedLeak::reason
   int64_t reclaim_errors = 0;
   int64_t reclaim_raced = 0;
+  int64_t reclaim_pinned = 0;
   int64_t restored_from_quarantine = 0;
 };
 
@@ -128,6 +129,8 @@ class Agent {
   std::mutex scan_mu_;  // one scan at a time
   Scanner scanner_;
   std::vector<std::string> runtime_roots_;
+  std::string agent_id_;  // in quarantine names
+  bool read_only_;        // never reclaims (ScanOptions::read_only)
   std::shared_ptr<CreatorBook> creators_;
   Reconciler reconciler_;
   std::function<void(const std::string&)> warn_;

@@ -40,8 +40,7 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   AgentCounters c = agent.counters();
   help("shmkeeper_event_datagrams_rejected_total", "counter",
        "Event datagrams refused (creator claims that failed verification, malformed messages), by reason.");
-  for (ClaimRejection r : {ClaimRejection::kMalformed, ClaimRejection::kNoFile, ClaimRejection::kNotHolder,
-                           ClaimRejection::kNotOwner, ClaimRejection::kLiveCreator}) {
+  for (ClaimRejection r : kAllClaimRejections) {
     o << "shmkeeper_event_datagrams_rejected_total{reason=\"" << ClaimRejectionName(r) << "\"} "
       << c.datagrams_rejected[ClaimRejectionName(r)] << "\n";
   }
@@ -64,6 +63,10 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
     o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
   }
+  help("shmkeeper_reclaim_pinned_total", "counter",
+       "Removed files whose inode outlived the reclaim: a reference /proc does not show (an O_PATH descriptor in "
+       "flight) still pins their memory, which was not counted as freed.");
+  o << "shmkeeper_reclaim_pinned_total " << c.reclaim_pinned << "\n";
   help("shmkeeper_reclaim_errors_total", "counter", "Reclaim removals that failed with an error.");
   o << "shmkeeper_reclaim_errors_total " << c.reclaim_errors << "\n";
   help("shmkeeper_reclaim_raced_total", "counter",
@@ -87,6 +90,14 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_node_leaked_bytes " << snap->leaked_bytes << "\n";
   help("shmkeeper_node_unheld_bytes", "gauge", "Bytes in segments nobody holds (unheld or leaked), node-wide.");
   o << "shmkeeper_node_unheld_bytes " << snap->unheld_bytes << "\n";
+  help("shmkeeper_node_segments_kept", "gauge",
+       "Segments no process holds that the last scan did not call leaked, by reason: a mount or loop device holds "
+       "it, the pid in its name runs in another pid namespace reaching its tmpfs, or those namespaces are unknown.");
+  for (const char* r : {"mount", "loop_device", "lease", "creator_in_other_pid_ns", "pid_namespaces_unknown"}) {
+    auto it = snap->kept_by_reason.find(r);
+    o << "shmkeeper_node_segments_kept{reason=\"" << r << "\"} " << (it == snap->kept_by_reason.end() ? 0 : it->second)
+      << "\n";
+  }
   struct Series {
     const char* name;
     const char* help;

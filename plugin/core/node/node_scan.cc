@@ -100,7 +100,7 @@ std::string DisplayPath(const PodRecord& p, const std::string& rel) {
 LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held);
 
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
-                                       size_t n, const std::map<FileKey, LeakState>& verdicts,
+                                       const NodeRefs& refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
                                        const std::string& proc) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
@@ -113,9 +113,10 @@ std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<Shm
     SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, LeakState::kHeld, {}};
     auto held = table.holders.find(f.key);
     if (held != table.holders.end()) {
-      for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped});
+      for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped, ""});
     }
-    seg.state = SegmentState(verdicts, f.key, held != table.holders.end());
+    for (const FileRef& r : refs.Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
+    seg.state = SegmentState(verdicts, f.key, !seg.holders.empty());
     out.push_back(std::move(seg));
   }
   return out;
@@ -236,7 +237,7 @@ namespace {
 
 // Measures one pod's tmpfs, first renaming back any file a reclaim left in
 // quarantine (an agent killed mid-reclaim). No reclaim runs during a scan.
-Result<ShmDir> MeasureRestoring(int fd, int depth, int64_t* restored) {
+Result<ShmDir> MeasureRestoring(int fd, int depth, const ScanOptions& opts, int64_t* restored) {
   Result<ShmDir> d = MeasureShmDir(fd, depth);
   if (!d.ok()) return d;
   std::vector<std::string> hidden;
@@ -244,8 +245,8 @@ Result<ShmDir> MeasureRestoring(int fd, int depth, int64_t* restored) {
     size_t slash = f.path.rfind('/');
     if (IsQuarantineName(slash == std::string::npos ? f.path : f.path.substr(slash + 1))) hidden.push_back(f.path);
   }
-  if (hidden.empty()) return d;
-  int n = RestoreQuarantined(fd, hidden);
+  if (hidden.empty() || opts.read_only) return d;
+  int n = RestoreQuarantined(fd, hidden, opts.agent_id);
   *restored += n;
   return n ? MeasureShmDir(fd, depth) : d;
 }
@@ -273,7 +274,7 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     for (size_t i = 0; i < pods->size(); ++i) {
       if (!fds[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
-      Result<ShmDir> d = host ? MeasureShmDir(fds[i].get(), 0) : MeasureRestoring(fds[i].get(), 8, restored);
+      Result<ShmDir> d = host ? MeasureShmDir(fds[i].get(), 0) : MeasureRestoring(fds[i].get(), 8, opts_, restored);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
       if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
@@ -284,8 +285,49 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
   return table;
 }
 
-void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access,
-                        const Clock& clock, NodeSnapshot* snap) {
+namespace {
+
+// The pid namespaces in which a pid in a segment's name may have been taken:
+// those of the processes that have the pod's tmpfs at /dev/shm, of the pod's
+// containers, and of its access process (a watched host directory: the
+// agent's own). Empty when they cannot all be known.
+std::set<ino_t> ReachingPidNamespaces(const PodRecord& p, const ProcTable& table, const NodeRefs& refs,
+                                      const ProcInfo* access) {
+  if (!refs.complete || !access) return {};
+  std::set<ino_t> out;
+  if (auto it = refs.shm_pid_ns.find(p.shm_dev); it != refs.shm_pid_ns.end()) out = it->second;
+  out.insert(access->pid_ns);
+  for (const ContainerRecord& c : p.containers) {
+    if (const ProcInfo* init = table.Find(c.pid)) out.insert(init->pid_ns);
+  }
+  out.erase(0);
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Whether a write lease on the pod's file `rel` (inode `key`) is still
+// refused: a probe that opens it read-only, below the pod's shm root without
+// following symlinks, and lets go at once. True on any doubt.
+bool LeaseStillRefused(const PodRecord& p, const std::string& rel, const FileKey& key, const std::string& proc) {
+  Result<UniqueFd> root = OpenPodShm(p, proc);
+  if (!root.ok()) return true;
+  Result<UniqueFd> file = OpenNoSymlinks(root->get(), rel, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  struct stat st;
+  if (!file.ok() || ::fstat(file->get(), &st) != 0 || st.st_dev != key.dev || st.st_ino != key.ino) return true;
+  if (::fcntl(file->get(), F_SETLEASE, F_WRLCK) != 0) return true;
+  (void)::fcntl(file->get(), F_SETLEASE, F_UNLCK);
+  return false;
+}
+
+}  // namespace
+
+void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const NodeRefs& refs,
+                        const ProcInfo* access, const Clock& clock, NodeSnapshot* snap) {
+  std::set<ino_t> reaching;
+  bool reaching_read = false;
   for (const ShmFile& f : d.files) {
     live_keys_.insert(f.key);
     History& h = history_[f.key];
@@ -298,6 +340,19 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
       }
       h.unheld = false;
       continue;
+    }
+    if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
+      snap->kept_by_reason[kernel.front().kind == FileRef::kMount ? "mount" : "loop_device"]++;
+      h.unheld = false;
+      continue;
+    }
+    if (lease_refused_.count(f.key)) {
+      if (LeaseStillRefused(*p, f.path, f.key, opts_.proc)) {
+        snap->kept_by_reason["lease"]++;
+        h.unheld = false;
+        continue;
+      }
+      lease_refused_.erase(f.key);
     }
     if (!h.unheld) {
       h.unheld = true;
@@ -318,8 +373,19 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
       l.creator_command = rec->command;
       l.creator_dead = !rec->Alive(opts_.proc);
     } else if (hint.pid) {
+      // Dead only when that pid runs in none of the pid namespaces that reach the tmpfs.
       l.creator_source = "name:" + hint.pattern;
-      l.creator_dead = access && table.HostPid(access->pid_ns, hint.pid) == 0;
+      if (!reaching_read) reaching = ReachingPidNamespaces(*p, table, refs, access);
+      reaching_read = true;
+      bool alive_here = access && refs.Alive(access->pid_ns, hint.pid);
+      bool alive_elsewhere =
+          std::any_of(reaching.begin(), reaching.end(), [&](ino_t ns) { return refs.Alive(ns, hint.pid); });
+      l.creator_dead = !reaching.empty() && !alive_elsewhere;
+      if (reaching.empty()) {
+        snap->kept_by_reason["pid_namespaces_unknown"]++;
+      } else if (alive_elsewhere && !alive_here) {
+        snap->kept_by_reason["creator_in_other_pid_ns"]++;
+      }
     }
     l.last_holder_pid = h.last_holder_pid;
     l.last_holder_command = h.last_holder_command;
@@ -368,6 +434,11 @@ NodeSnapshot Scanner::Scan() {
   MeasureHost(&snap, &host_dev);
   std::vector<ShmDir> dirs;
   ProcTable table = MeasurePods(&snap.pods, host_dev, &dirs, &snap.restored_from_quarantine);
+  std::set<dev_t> devices;
+  for (const PodRecord& p : snap.pods) {
+    if (p.shm_dev) devices.insert(p.shm_dev);
+  }
+  NodeRefs refs = ReadNodeRefs(table, devices, opts_.proc, opts_.sys, opts_.dev);
   Clock clock{SteadyClock::now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
   live_keys_.clear();
@@ -386,15 +457,16 @@ NodeSnapshot Scanner::Scan() {
     const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
     size_t first_leak = snap.leaks.size();
     p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
-    if (!p.shm_counted_elsewhere) FileLeaks(&p, d, table, access, clock, &snap);
+    if (!p.shm_counted_elsewhere) FileLeaks(&p, d, table, refs, access, clock, &snap);
     std::map<FileKey, LeakState> verdicts;
     for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
-    p.top_segments = TopSegments(p, d.files, table, opts_.top_segments, verdicts, opts_.proc);
+    p.top_segments = TopSegments(p, d.files, table, refs, opts_.top_segments, verdicts, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
   }
   std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
+  std::erase_if(lease_refused_, [&](const FileKey& k) { return !live_keys_.count(k); });
   if (opts_.creators) opts_.creators->Retain(live_keys_);
   std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
   snap.scans = ++scans_;

@@ -19,6 +19,7 @@
 #include "node/creator_book.h"
 #include "node/discovery.h"
 #include "node/reporter.h"
+#include "scan/node_refs.h"
 #include "scan/proc_table.h"
 #include "scan/shm_dir.h"
 
@@ -33,8 +34,10 @@ enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4, k
 //          closed scratch file is unheld; never reclaimed;
 //  leaked  nobody holds it, for leaks.grace or longer, and there is positive
 //          evidence: a verified creator record, or a runtime's naming pattern
-//          with a pid (torch_<pid>_…, sgl_shm_<kind>_<pid>_…), and that
+//          with a pid (torch_<pid>_…, sgl_shm_<kind>_<pid>_…) absent from every
+//          pid namespace whose processes have that tmpfs at /dev/shm, and that
 //          creator is dead. Only leaked segments are reclaimed.
+// A file that is the source of a mount, or backs a loop device, is held.
 enum class LeakState { kUnheld = 1, kLeaked = 2, kHeld = 3 };
 
 struct PodKey {
@@ -46,6 +49,9 @@ struct HolderInfo {
   pid_t pid = 0;
   std::string command;
   bool mapped = false;
+  // Set when the holder is no fd or mapping but a kernel reference (scan/node_refs.h):
+  // "mount /data/x (mount namespace of pid 123)", "loop device /dev/loop3".
+  std::string reference;
 };
 
 struct SegmentRecord {
@@ -121,6 +127,12 @@ struct NodeSnapshot {
   int64_t host_shm_size_bytes = 0, host_shm_used_bytes = 0;
   int64_t pods_shm_used_bytes = 0, leaked_bytes = 0, unheld_bytes = 0;
   int64_t restored_from_quarantine = 0;  // files renamed back after an interrupted reclaim
+  // Segments that no process holds but that are not leaked, by reason:
+  // mount, loop_device (held by a kernel reference), creator_in_other_pid_ns
+  // (the name's pid runs in another pid namespace that reaches the tmpfs),
+  // pid_namespaces_unknown (not every such namespace could be read), lease
+  // (a reclaim's lease was refused and is still: a kernel reference).
+  std::map<std::string, int64_t> kept_by_reason;
   std::vector<PodRecord> pods;
   std::vector<LeakRecord> leaks;
   std::chrono::system_clock::time_point time;
@@ -134,6 +146,12 @@ struct ScanOptions {
   std::vector<std::string> host_shm_dirs;              // watched as kHost pods
   std::chrono::seconds grace{60};
   std::string proc = "/proc";
+  std::string sys = "/sys", dev = "/dev";  // loop devices (scan/node_refs.h)
+  // The agent's identity, in its quarantine names (quarantine.h); "" = none.
+  std::string agent_id;
+  // A read-only agent (another one owns the node) renames nothing back from
+  // quarantine and reclaims nothing.
+  bool read_only = false;
   size_t top_segments = 10;
   // Creator records from the sharing runtime (shared with the agent's event
   // receiver); null = names are the only creator evidence.
@@ -157,6 +175,11 @@ class Scanner {
   // A full scan. Keeps, between calls, when each unheld segment was first
   // seen unheld and who last held each segment.
   NodeSnapshot Scan();
+  // The kernel refused a reclaim's lease on `key` while no process showed as
+  // its holder (an io_uring fixed file, ...): until a lease probe at a later
+  // scan succeeds, the file is held (kept_by_reason "lease"), so that
+  // auto-reclaim does not try it again at every scan.
+  void NoteLeaseRefused(const FileKey& key) { lease_refused_.insert(key); }
 
  private:
   struct History {
@@ -176,8 +199,8 @@ class Scanner {
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
   ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
                         int64_t* restored) const;
-  void FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const ProcInfo* access, const Clock& clock,
-                 NodeSnapshot* snap);
+  void FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const NodeRefs& refs, const ProcInfo* access,
+                 const Clock& clock, NodeSnapshot* snap);
   void SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
                  std::set<ino_t>* ipc_seen, NodeSnapshot* snap);
 
@@ -185,6 +208,7 @@ class Scanner {
   std::map<FileKey, History> history_;
   std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
   std::set<FileKey> live_keys_;                    // seen in the current scan
+  std::set<FileKey> lease_refused_;                // see NoteLeaseRefused
   std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
   int64_t scans_ = 0;
 };

@@ -7,8 +7,11 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
+#include <ctime>
 #include <optional>
 #include <vector>
 
@@ -17,13 +20,34 @@
 
 namespace shmkeeper {
 
-std::string QuarantineName(const std::string& base, uint64_t ino) {
-  std::string q = std::string(kQuarantinePrefix) + base;
-  return q.size() <= NAME_MAX ? q : std::string(kQuarantinePrefix) + "#" + std::to_string(ino);
+namespace {
+
+// The length of the identity part ("<8 hex>.") after the prefix, or 0.
+size_t OwnerPart(std::string_view base) {
+  std::string_view rest = base.substr(std::min(base.size(), kQuarantinePrefix.size()));
+  if (rest.size() < 10 || rest[8] != '.') return 0;
+  for (size_t i = 0; i < 8; ++i) {
+    if (!std::isxdigit(static_cast<unsigned char>(rest[i]))) return 0;
+  }
+  return 9;
+}
+
+}  // namespace
+
+std::string QuarantineName(const std::string& base, uint64_t ino, const std::string& agent_id) {
+  std::string head = std::string(kQuarantinePrefix) + (agent_id.empty() ? "" : agent_id + ".");
+  std::string q = head + base;
+  return q.size() <= NAME_MAX ? q : head + "#" + std::to_string(ino);
 }
 
 bool NeedsNameXattr(const std::string& quarantine_name) {
-  return quarantine_name.size() > kQuarantinePrefix.size() && quarantine_name[kQuarantinePrefix.size()] == '#';
+  size_t at = kQuarantinePrefix.size() + OwnerPart(quarantine_name);
+  return quarantine_name.size() > at && quarantine_name[at] == '#';
+}
+
+std::string QuarantineOwner(std::string_view base) {
+  size_t n = OwnerPart(base);
+  return n ? std::string(base.substr(kQuarantinePrefix.size(), 8)) : "";
 }
 
 namespace {
@@ -31,15 +55,15 @@ namespace {
 // The original name of a quarantined file: its suffix, or for long names the
 // xattr the reclaim set (a planted name without one is left alone).
 std::optional<std::string> OriginalName(int dir, const std::string& base) {
-  std::string name = base.substr(kQuarantinePrefix.size());
+  std::string name = base.substr(kQuarantinePrefix.size() + OwnerPart(base));
   if (!NeedsNameXattr(base)) return name;
   UniqueFd f(::openat(dir, base.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   char buf[NAME_MAX + 1];
   ssize_t n = f.valid() ? ::fgetxattr(f.get(), kQuarantineXattr, buf, sizeof buf) : -1;
   if (n <= 0) return std::nullopt;
   name.assign(buf, static_cast<size_t>(n));
-  bool valid =
-      name != "." && name != ".." && name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+  bool valid = name != "." && name != ".." && name.find('/') == std::string::npos &&
+               name.find('\0') == std::string::npos && !IsQuarantineName(name);
   if (!valid) return std::nullopt;
   (void)::fremovexattr(f.get(), kQuarantineXattr);
   return name;
@@ -66,7 +90,8 @@ Status RenameBack(int dir_fd, const std::string& quarantine_name, const std::str
   return RenameNoReplace(dir_fd, quarantine_name, alt);
 }
 
-int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths) {
+int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths, const std::string& agent_id) {
+  const int64_t now = ::time(nullptr);
   int restored = 0;
   for (const std::string& rel : rel_paths) {
     size_t slash = rel.rfind('/');
@@ -80,9 +105,12 @@ int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths) {
       sub = std::move(*d);
       dir = sub.get();
     }
-    std::optional<std::string> name = OriginalName(dir, base);
     struct stat st;
-    if (!name || ::fstatat(dir, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (::fstatat(dir, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    // Another agent's claim may be in progress: its name waits until no claim can still be.
+    if (QuarantineOwner(base) != agent_id && now - st.st_ctime < kForeignQuarantineAgeSec) continue;
+    std::optional<std::string> name = OriginalName(dir, base);
+    if (!name) continue;
     if (RenameBack(dir, base, *name, st.st_ino).ok()) ++restored;
   }
   return restored;

@@ -91,11 +91,14 @@ struct Claim {
   UniqueFd dir, file;
   std::string base, quarantine;
   bool renamed = false;
+  // The inode's handle (name_to_handle_at), to tell after the removal whether it outlived the claim.
+  std::vector<char> handle;
 };
 
 struct Skip {
   const char* reason;
   std::string message;
+  bool lease_refused = false;
 };
 
 // Whether `name` in `dir` is still the inode of the claim.
@@ -114,7 +117,8 @@ std::optional<Skip> Lease(Claim* c, const std::string& proc) {
   c->file.reset(::openat(c->dir.get(), c->base.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   if (!c->file.valid()) {
     // EWOULDBLOCK: someone else holds a lease on it, i.e. is using it.
-    return Skip{errno == EWOULDBLOCK ? "held" : "changed", Status::FromErrno(errno, "open " + c->leak.path).message()};
+    return Skip{errno == EWOULDBLOCK ? "held" : "changed", Status::FromErrno(errno, "open " + c->leak.path).message(),
+                errno == EWOULDBLOCK};
   }
   struct stat st;
   if (::fstat(c->file.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != c->leak.key.dev ||
@@ -123,16 +127,31 @@ std::optional<Skip> Lease(Claim* c, const std::string& proc) {
   }
   if (st.st_nlink != 1) return Skip{"linked", "has " + std::to_string(st.st_nlink) + " names"};
   if (::fcntl(c->file.get(), F_SETLEASE, F_WRLCK) != 0) {
-    if (errno == EAGAIN) return Skip{"held", "open or mapped by a process (the kernel refused a lease)"};
+    if (errno == EAGAIN) return Skip{"held", "open or mapped (the kernel refused a lease)", true};
     return Skip{"error", Status::FromErrno(errno, "lease " + c->leak.path).message() +
                              (errno == EINVAL ? " (reclaim needs file leases: fs.leases-enable=1)" : "")};
   }
+  c->handle.resize(sizeof(file_handle) + MAX_HANDLE_SZ);
+  auto* fh = reinterpret_cast<file_handle*>(c->handle.data());
+  fh->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (::name_to_handle_at(c->file.get(), "", fh, &mount_id, AT_EMPTY_PATH) != 0) c->handle.clear();
   return std::nullopt;
 }
 
+// Whether the removed file's inode still exists now that the claim's own
+// descriptor is closed: something else references it.
+bool OutlivedClaim(Claim* c) {
+  c->file.reset();  // the final fput runs before close(2) returns
+  if (c->handle.empty()) return false;
+  UniqueFd again(
+      ::open_by_handle_at(c->dir.get(), reinterpret_cast<file_handle*>(c->handle.data()), O_PATH | O_CLOEXEC));
+  return again.valid();
+}
+
 // Step 2: hide the name, so that no open by name can start any more.
-std::optional<Skip> Quarantine(Claim* c) {
-  c->quarantine = QuarantineName(c->base, c->leak.key.ino);
+std::optional<Skip> Quarantine(Claim* c, const std::string& agent_id) {
+  c->quarantine = QuarantineName(c->base, c->leak.key.ino, agent_id);
   if (NeedsNameXattr(c->quarantine) &&
       ::fsetxattr(c->file.get(), kQuarantineXattr, c->base.data(), c->base.size(), 0) != 0) {
     return Skip{"error", Status::FromErrno(errno, "keep the long name of " + c->leak.path).message()};
@@ -155,6 +174,9 @@ std::optional<Skip> FinalCheck(const Claim& c, const std::map<FileKey, std::vect
   if (::fcntl(c.file.get(), F_SETLEASE, F_WRLCK) != 0) return Skip{"opened", "opened during the check"};
   const std::string& name = c.renamed ? c.quarantine : c.base;  // a dry run renames nothing
   if (!SameInode(c.dir.get(), name, c.leak.key)) return Skip{"changed", "replaced during the check"};
+  // A hard link made meanwhile (link(2) opens nothing: the lease does not see it).
+  struct stat st;
+  if (::fstat(c.file.get(), &st) != 0 || st.st_nlink != 1) return Skip{"linked", "linked during the check"};
   return std::nullopt;
 }
 
@@ -171,14 +193,15 @@ void Restore(Claim* c) {
 
 void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
   Restore(c);
-  out->skipped.push_back({c->leak, why.reason, why.message});
+  out->skipped.push_back({c->leak, why.reason, why.message, why.lease_refused});
 }
 
-void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, ReclaimOutcome* out) {
+void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, const std::string& agent_id,
+                  ReclaimOutcome* out) {
   std::vector<Claim*> live;
   for (Claim& c : batch) {
     std::optional<Skip> skip = Lease(&c, proc);
-    if (!skip && !dry_run) skip = Quarantine(&c);
+    if (!skip && !dry_run) skip = Quarantine(&c, agent_id);
     if (skip) {
       Keep(&c, *skip, out);
     } else {
@@ -204,7 +227,20 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
       continue;
     }
     c->renamed = false;
-    if (!dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK) ++out->raced;
+    struct stat st;
+    if (!dry_run && ::fstat(c->file.get(), &st) == 0 && st.st_nlink > 0) {  // linked after the final check
+      out->skipped.push_back({c->leak, "linked", "linked while it was removed: it lives on under another name"});
+      continue;
+    }
+    bool raced = !dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK;
+    if (raced) ++out->raced;  // that open gets the inode once the claim lets go: not a hidden reference
+    if (!dry_run && !raced && OutlivedClaim(c)) {
+      out->skipped.push_back({c->leak, "pinned",
+                              "removed, but a reference /proc does not show (an O_PATH descriptor in flight?) "
+                              "still pins its memory",
+                              false});
+      continue;
+    }
     out->freed_bytes += c->leak.bytes;
     out->reclaimed.push_back(c->leak);
   }
@@ -216,13 +252,14 @@ Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
 
 }  // namespace
 
-ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc) {
+ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc,
+                            const std::string& agent_id) {
   IgnoreLeaseSignal();
   ReclaimOutcome out;
   const size_t batch_size = BatchSize();
   std::vector<Claim> batch;
   auto flush = [&] {
-    ReclaimBatch(batch, dry_run, proc, &out);
+    ReclaimBatch(batch, dry_run, proc, agent_id, &out);
     batch.clear();  // closes the fds: the leases go with them
   };
   for (const LeakRecord& l : candidates) {
@@ -242,7 +279,7 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
       out.reclaimed.push_back(l);
       continue;
     }
-    batch.push_back(Claim{l, {}, {}, {}, {}, false});
+    batch.push_back(Claim{l, {}, {}, {}, {}, false, {}});
     if (batch.size() == batch_size) flush();
   }
   if (!batch.empty()) flush();

@@ -37,9 +37,13 @@ namespace shmkeeper {
 
 struct SkippedLeak {
   LeakRecord leak;
-  // held, changed, linked, opened, verdict, error: a metric label.
+  // held, changed, linked, opened, pinned, verdict, error: a metric label.
   std::string reason;
   std::string message;  // one line for people
+  // The kernel refused the lease although the scan saw no holder: a reference
+  // no /proc entry shows (an io_uring fixed file, ...). The scan then calls
+  // the file held until a lease can be taken (Scanner::NoteLeaseRefused).
+  bool lease_refused = false;
 };
 
 struct ReclaimOutcome {
@@ -50,9 +54,17 @@ struct ReclaimOutcome {
   // quarantine rename reached the inode after the last check (see docs/reclaim-safety.md).
   int64_t raced = 0;
 };
+// A removed file whose inode outlived the claim (found with
+// open_by_handle_at(2) after the agent closed its own descriptor) is
+// reported as skipped with reason "pinned": its name is gone, but something
+// the kernel does not show in /proc and that takes no lease (an O_PATH
+// descriptor in flight over SCM_RIGHTS) still references it, so its memory
+// was not freed.
 
 // Reclaims `candidates` (from the latest snapshot). With dry_run nothing is
 // renamed or removed, but the claim (lease) and holder checks run.
-ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc = "/proc");
+// `agent_id` goes into the quarantine names (quarantine.h).
+ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc = "/proc",
+                            const std::string& agent_id = "");
 
 }  // namespace shmkeeper

@@ -246,6 +246,7 @@ void ScanRange(const std::string& proc, const std::vector<pid_t>& pids, size_t b
     if (info.pid_ns != 0) {  // 0: gone, or a kernel thread we cannot inspect
       // NSpid is only needed inside other pid namespaces: the host's pid is the pid.
       info.ns_pid = info.pid_ns == self_pid_ns ? pid : InnermostPid(dir.get(), pid);
+      info.mnt_ns = NsInodeAt(dir.get(), "ns/mnt");
       out->procs.push_back(std::move(info));
     }
     // Holders are read even when the namespace could not be: keeping a file

@@ -36,6 +36,7 @@ struct ProcInfo {
   pid_t pid = 0;  // host pid
   ino_t pid_ns = 0;
   pid_t ns_pid = 0;  // pid in its own (innermost) pid namespace
+  ino_t mnt_ns = 0;  // its mount namespace (0: could not be read)
 };
 
 struct HolderRef {
