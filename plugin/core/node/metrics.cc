@@ -52,6 +52,7 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
     << "\n";
   o << "shmkeeper_event_datagrams_dropped_total{reason=\"receive_error\"} " << rep.Count(kDatagramsReceiveErrors)
     << "\n";
+  o << "shmkeeper_event_datagrams_dropped_total{reason=\"rate_limited\"} " << rep.Count(kDatagramsRateLimited) << "\n";
   help("shmkeeper_enrichment_errors_total", "counter",
        "Scans whose container names and labels could not be read from a runtime API, by source.");
   o << "shmkeeper_enrichment_errors_total{source=\"docker\"} " << rep.Count(kDockerEnrichmentErrors) << "\n";
