@@ -2,13 +2,17 @@
 
 #include <sstream>
 
+#include "base/status.h"
+
 namespace shmkeeper {
 
 namespace {
 
+// A label value as exposition text: valid UTF-8 (bytes that are not: the
+// text \xNN, as the gRPC API shows them), backslash, quote and newline escaped.
 std::string Escape(const std::string& v) {
   std::string out;
-  for (char c : v) {
+  for (char c : EscapeInvalidUtf8(v)) {
     if (c == '\\' || c == '"') out += '\\';
     if (c == '\n') {
       out += "\\n";
