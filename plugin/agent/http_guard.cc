@@ -70,6 +70,19 @@ int ConnectedLocalPort(int fd) {
   return port;
 }
 
+// The local port of a listening TCP socket, or -1.
+int ListeningPort(int fd) {
+  int listening = 0;
+  socklen_t ol = sizeof listening;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || !listening) return -1;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return -1;
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return -1;
+}
+
 time_t Seconds(std::chrono::milliseconds d) { return std::max<time_t>(1, (d.count() + 999) / 1000); }
 
 }  // namespace
@@ -89,7 +102,9 @@ class HttpGuard::Queue : public httplib::TaskQueue {
     }
     std::lock_guard<std::mutex> l(mu_);
     jobs_.push_back({std::move(slot), std::move(fn)});
-    if (idle_ == 0) {
+    // Each queued job needs its own idle worker (a woken one may not have
+    // taken its job yet): no admitted connection waits for another.
+    if (static_cast<int>(jobs_.size()) > idle_) {
       workers_.emplace_back([this] { Work(); });
     } else {
       cv_.notify_one();
@@ -151,6 +166,18 @@ HttpGuard::~HttpGuard() {
 
 void HttpGuard::Install(httplib::Server* server, int port, Authorize authorize) {
   port_ = port;
+  // The library listens with a backlog of 5: a burst of connections (an
+  // attacker's, or many clients after a restart) would make the kernel drop
+  // the SYNs of well-behaved clients, who then retry after a second or more.
+  // listen(2) again on the bound socket raises it; refusals are ours to make.
+  rlimit rl{};
+  int limit = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20)) : 1024;
+  for (int fd = 0; fd < limit; ++fd) {
+    if (ListeningPort(fd) == port) {
+      ::listen(fd, SOMAXCONN);
+      break;
+    }
+  }
   server->new_task_queue = [this] { return new Queue(this); };
   // Per recv/send: a client must make progress within this; the deadlines
   // below bound the whole head and the whole response.
@@ -167,23 +194,23 @@ void HttpGuard::Install(httplib::Server* server, int port, Authorize authorize) 
   server->set_logger([this](const httplib::Request&, const httplib::Response&) { MarkResponseWritten(); });
 }
 
-int HttpGuard::FindAcceptedSocket(const std::set<std::pair<int, uint64_t>>& known) const {
+int HttpGuard::FindAcceptedSocket(const std::set<uint64_t>& known) const {
   rlimit rl{};
   int limit = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20)) : 1024;
   // accept(2) returned the lowest free descriptor: the scan ends early.
   for (int fd = 0; fd < limit; ++fd) {
     if (ConnectedLocalPort(fd) != port_) continue;
-    if (known.count({fd, InodeOf(fd)})) continue;
+    if (known.count(InodeOf(fd))) continue;  // a tracked connection (its own descriptor or the guard's dup)
     return fd;
   }
   return -1;
 }
 
 std::shared_ptr<HttpGuard::Slot> HttpGuard::Admit() {
-  std::set<std::pair<int, uint64_t>> known;
+  std::set<uint64_t> known;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (const auto& s : slots_) known.insert({s->fd, s->inode});
+    for (const auto& s : slots_) known.insert(s->inode);
   }
   auto slot = std::make_shared<Slot>();
   slot->fd = FindAcceptedSocket(known);

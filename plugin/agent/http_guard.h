@@ -19,9 +19,10 @@
 //   - counters for all of it, rendered by RenderMetrics().
 // The library hands a TaskQueue only a closure, not the accepted socket: the
 // guard finds that socket as the one connected socket on the listener's port
-// that it does not track yet (accept(2) runs on the listening thread just
-// before enqueue, one connection at a time) and keeps a dup of it, so the
-// watchdog's shutdown(2) can never reach a reused descriptor number.
+// that it does not track yet, by socket inode (accept(2) runs on the
+// listening thread just before enqueue, one connection at a time, and returns
+// the lowest free descriptor, so the scan is short), and keeps a dup of it, so
+// the watchdog's shutdown(2) can never reach a reused descriptor number.
 #pragma once
 
 #include <httplib.h>
@@ -87,7 +88,8 @@ class HttpGuard {
   struct Slot;
   friend class Queue;
 
-  int FindAcceptedSocket(const std::set<std::pair<int, uint64_t>>& known) const;
+  // The connected socket on port_ whose inode is not in `known`, or -1.
+  int FindAcceptedSocket(const std::set<uint64_t>& known) const;
   // Admits (returns the slot) or refuses (sends 503, shuts the socket down,
   // returns null) the connection just accepted.
   std::shared_ptr<Slot> Admit();
