@@ -26,6 +26,7 @@ CHART_VALUES = {
     "servicemonitor": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}}},
     "agent-only+servicemonitor": {"agentOnly": True, "metrics": {"serviceMonitor": {
         "enabled": True, "labels": {"release": "kube-prometheus-stack"}}}},
+    "networkpolicy": {"metrics": {"networkPolicy": {"enabled": True}}},
 }
 
 

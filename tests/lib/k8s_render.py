@@ -42,6 +42,7 @@ VARIANTS = {
     "agent-only": (["components/agent-only"], None),
     "servicemonitor": (["components/servicemonitor"], RELEASE_LABEL),
     "agent-only+servicemonitor": (["components/agent-only", "components/servicemonitor"], RELEASE_LABEL),
+    "networkpolicy": (["components/networkpolicy"], None),
 }
 
 
