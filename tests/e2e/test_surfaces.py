@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -279,3 +280,72 @@ def test_a_datagram_flood_from_many_senders_is_rate_limited_and_counted(agent):
     s.sendto(b'{"type":"flood"}', events)
     wait_for(lambda: series(metrics_text(port)[1])[malformed] == m[malformed] + 1, timeout=10,
              what="the next datagram handled")
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def test_https_with_client_certificates_and_a_bearer_token(tmp_path):
+    """agent.metrics.certFile/keyFile/clientCAFile and bearerTokenFile: no client certificate, no TLS session; a
+    certificate without the token, 401 for /metrics (counted) but /healthz answers; certificate and token, 200."""
+    import ssl
+    require(os.geteuid() == 0, "needs root (mounts a tmpfs)")
+    require(shutil.which("openssl") is not None, "openssl is not installed")
+    for name in ("ca", "other-ca"):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem",
+                "-days", "1", "-subj", f"/CN={name}", cwd=tmp_path)
+    for name, ca in (("server", "ca"), ("client", "ca"), ("stranger", "other-ca")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                f"/CN={name}", cwd=tmp_path)
+        ext = tmp_path / f"{name}.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "1", "-extfile", str(ext), cwd=tmp_path)
+    (tmp_path / "token").write_text("s3cret-token\n")
+    shm = HostTmpfs(tmp_path / "shm", 4 * MiB)
+    a = AgentProcess(tmp_path, "agent:\n")
+    a.config.write_text(f"""
+agent:
+  socket: {tmp_path}/agent.sock
+  eventSocket: ""
+  metricsAddress: "127.0.0.1:0"
+  scanInterval: 1s
+  runtimeRoots: [{tmp_path}/no-runtime-root]
+  dockerSocket: ""
+  hostShmDirs: [{shm.path}]
+  metrics:
+    certFile: {tmp_path}/server.pem
+    keyFile: {tmp_path}/server.key
+    clientCAFile: {tmp_path}/ca.pem
+    bearerTokenFile: {tmp_path}/token
+""")
+    try:
+        a.start()
+        port = a.metrics_port()
+
+        def get(path, cert=None, token=None):
+            ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+            if cert:
+                ctx.load_cert_chain(str(tmp_path / f"{cert}.pem"), str(tmp_path / f"{cert}.key"))
+            req = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        for cert in (None, "stranger"):  # no certificate, or one another CA signed: no session
+            with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+                get("/metrics", cert=cert, token="s3cret-token")
+        assert get("/metrics", cert="client")[0] == 401
+        assert get("/metrics", cert="client", token="wrong-token")[0] == 401
+        assert get("/healthz", cert="client")[0] == 200
+        status, text = get("/metrics", cert="client", token="s3cret-token")
+        assert status == 200 and series(text)["shmkeeper_http_requests_unauthorized_total"] == 2
+        assert probe(a).returncode == 0  # the liveness probe needs neither: it asks over the unix socket
+    finally:
+        a.stop()
+        shm.umount()
