@@ -12,7 +12,10 @@ shmkeeperd watching a host tmpfs of this test's own:
   terminal would interpret; -o json keeps the exact name; `promtool check
   metrics` accepts the scrape;
 - a datagram flood from 64 senders on the event socket: rate-limited, and
-  every datagram is accounted for (handled or counted as rate_limited)."""
+  every datagram is accounted for (handled or counted as rate_limited);
+- HTTPS with client certificates and a bearer token on the metrics port;
+- compose labels with quotes, backslashes, newlines, ESC and BEL on a
+  container of a private dockerd: `promtool check metrics` accepts the scrape."""
 import json
 import os
 import shutil
@@ -349,3 +352,39 @@ agent:
     finally:
         a.stop()
         shm.umount()
+
+
+def test_hostile_container_labels_are_valid_exposition_text(docker_engine, tmp_path):
+    """Compose labels (the pod's namespace) with a quote, a backslash, a newline, ESC and BEL, on a container of a
+    private dockerd: the scrape passes `promtool check metrics`, the label reads back exactly, `pods` shows it
+    escaped on one row."""
+    require(shutil.which("promtool") is not None, "promtool (prometheus) is not installed")
+    project = 'evil"ns\\x\nforged-ns\x1b]0;PWNED\x07'
+    name = "shmk-hostile-labels"
+    docker_engine.docker("rm", "-f", name, check=False)
+    docker_engine.docker("run", "-d", "--name", name, "--label", f"com.docker.compose.project={project}",
+                         "--label", "com.docker.compose.service=svc\x1b[2K", "shmk-busybox:test", "sleep", "600")
+    a = AgentProcess(tmp_path, f"""
+agent:
+  socket: {tmp_path}/agent.sock
+  eventSocket: ""
+  metricsAddress: "127.0.0.1:0"
+  scanInterval: 1s
+  runtimeRoots: [{docker_engine.exec_root}/runtime-runc/moby]
+  dockerSocket: {docker_engine.sock}
+""")
+    try:
+        a.start()
+        port = a.metrics_port()
+        text = wait_for(lambda: (t := metrics_text(port)[1]) and "forged-ns" in t and t, timeout=20,
+                        what="the container's pod in /metrics")
+        check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                               timeout=60)
+        assert "error" not in (check.stdout + check.stderr).lower(), check.stdout + check.stderr
+        line = next(l for l in text.splitlines() if l.startswith("shmkeeper_pod_shm_size_bytes{") and "forged-ns" in l)
+        assert 'namespace="evil\\"ns\\\\x\\nforged-ns\x1b]0;PWNED\x07"' in line, line
+        pods = run_bytes("pods", "--agent", tmp_path / "agent.sock")
+        assert_safe_table(pods, b"forged-ns", b'evil"ns\\x\\nforged-ns\\x1b]0;PWNED\\a', "pods")
+    finally:
+        a.stop()
+        docker_engine.docker("rm", "-f", name, check=False)
