@@ -77,7 +77,8 @@ int Run(int argc, char** argv) {
                "quarantined files back");
   app.add_flag("--reconcile", reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
   app.add_flag("--check-config", check_config, "Parse the config, print the effective settings as JSON and exit");
-  app.add_flag("--probe", probe, "Liveness probe: ask the agent this config describes for /healthz; exit 0 if healthy");
+  app.add_flag("--probe", probe,
+               "Liveness probe: ask the agent this config describes over its unix socket; exit 0 if healthy");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

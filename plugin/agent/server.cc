@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include <google/protobuf/util/time_util.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -9,12 +10,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "base/fileutil.h"
 #include "node/metrics.h"
 #include "service.h"
+#include "shmkeeper/v1/agent.grpc.pb.h"
 
 namespace shmkeeper::agent {
 namespace {
@@ -81,21 +85,62 @@ bool IsSocket(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// Whether `a` equals `b`, in a time that depends only on their lengths.
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// /metrics with "Authorization: Bearer <token>", the token being `file`'s
+// content without surrounding whitespace (as Prometheus' bearer_token_file
+// reads it). Other paths pass. A refusal fills `res` with 401 (403 when the
+// token file cannot be read: fail closed).
+bool BearerTokenAccepted(const std::string& file, const httplib::Request& req, httplib::Response& res,
+                         HttpGuard* guard) {
+  if (req.path != "/metrics") return true;
+  Result<std::string> token = ReadFile(file, 4096);
+  std::string want = token.ok() ? *token : "";
+  while (!want.empty() && std::isspace(static_cast<unsigned char>(want.back()))) want.pop_back();
+  while (!want.empty() && std::isspace(static_cast<unsigned char>(want.front()))) want.erase(0, 1);
+  std::string got = req.get_header_value("Authorization");
+  if (!want.empty() && got.starts_with("Bearer ") && SameSecret(got.substr(7), want)) return true;
+  guard->CountUnauthorized();
+  res.status = want.empty() ? 403 : 401;
+  if (!want.empty()) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(want.empty() ? "the bearer token file cannot be read\n" : "a bearer token is required\n",
+                  "text/plain");
+  return false;
+}
+
+// The verdict on a scan loop whose last scan finished at `last_scan` (none: no
+// scan yet) and an event socket `events` ("" = not configured).
+void JudgeScanAndEvents(const std::optional<std::chrono::system_clock::time_point>& last_scan,
+                        std::chrono::milliseconds interval, const std::string& events,
+                        std::chrono::system_clock::time_point now, HealthReport* r) {
+  const auto limit = 3 * interval + std::chrono::seconds(30);
+  if (!last_scan) {
+    r->problems.push_back("no scan has finished");
+  } else if (now - *last_scan > limit) {
+    auto age = std::chrono::duration_cast<std::chrono::seconds>(now - *last_scan).count();
+    r->problems.push_back("scan loop stalled: the last scan finished " + std::to_string(age) + "s ago (interval " +
+                          std::to_string(interval.count()) + "ms)");
+  }
+  if (!events.empty() && !IsSocket(events)) r->problems.push_back("event socket " + events + " is gone");
+}
+
+Result<std::string> ProbeOverHttp(const Config& config);
+
 }  // namespace
 
 HealthReport CheckHealth(const Agent& agent, const std::string& unix_socket,
                          std::chrono::system_clock::time_point now) {
   HealthReport r;
   std::shared_ptr<const NodeSnapshot> snap = agent.Snapshot();
-  const auto interval = agent.config().agent.scan_interval;
-  const auto limit = 3 * interval + std::chrono::seconds(30);
-  if (!snap) {
-    r.problems.push_back("no scan has finished");
-  } else if (now - snap->time > limit) {
-    auto age = std::chrono::duration_cast<std::chrono::seconds>(now - snap->time).count();
-    r.problems.push_back("scan loop stalled: the last scan finished " + std::to_string(age) + "s ago (interval " +
-                         std::to_string(interval.count()) + "ms)");
-  }
+  std::optional<std::chrono::system_clock::time_point> last;
+  if (snap) last = snap->time;
+  JudgeScanAndEvents(last, agent.config().agent.scan_interval, "", now, &r);
   if (!unix_socket.empty() && !UnixSocketAccepts(unix_socket)) {
     r.problems.push_back("agent socket " + unix_socket + " accepts no connection");
   }
@@ -112,11 +157,34 @@ std::string HealthReport::Text() const {
 }
 
 Result<std::string> ProbeHealth(const Config& config) {
-  const std::string& address = config.agent.metrics_address;
-  if (address.empty()) {
-    if (UnixSocketAccepts(config.agent.socket)) return std::string("ok\n");
-    return Status::Precondition("agent socket " + config.agent.socket + " accepts no connection");
+  if (config.agent.socket.empty()) return ProbeOverHttp(config);
+  const std::string& path = config.agent.socket;
+  if (!UnixSocketAccepts(path)) return Status::Precondition("agent socket " + path + " accepts no connection");
+  auto stub = v1::ShmKeeper::NewStub(grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetNodeResponse resp;
+  grpc::Status s = stub->GetNode(&ctx, {}, &resp);
+  HealthReport r;
+  std::optional<std::chrono::system_clock::time_point> last;
+  if (s.ok()) {
+    last = std::chrono::system_clock::time_point(std::chrono::milliseconds(
+        google::protobuf::util::TimeUtil::TimestampToMilliseconds(resp.node().last_scan_time())));
+  } else if (s.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {  // FAILED_PRECONDITION: no scan yet
+    return Status::Precondition("agent socket " + path + ": GetNode: " + s.error_message());
   }
+  JudgeScanAndEvents(last, config.agent.scan_interval, config.agent.event_socket, std::chrono::system_clock::now(), &r);
+  if (r.ok()) return r.Text();
+  std::string text = r.Text();
+  text.pop_back();
+  return Status::Precondition("unhealthy: " + text);
+}
+
+namespace {
+
+Result<std::string> ProbeOverHttp(const Config& config) {
+  const std::string& address = config.agent.metrics_address;
+  if (address.empty()) return Status::Invalid("neither agent.socket nor agent.metricsAddress is set");
   std::string host;
   int port = 0;
   if (!SplitHostPort(address, &host, &port) || port == 0) {
@@ -137,6 +205,8 @@ Result<std::string> ProbeHealth(const Config& config) {
   return res->body;
 }
 
+}  // namespace
+
 ServerOptions ServerOptions::FromConfig(const Config& c) {
   ServerOptions o;
   o.unix_socket = c.agent.socket;
@@ -146,6 +216,12 @@ ServerOptions ServerOptions::FromConfig(const Config& c) {
   o.tls_client_ca_file = c.agent.tcp.client_ca_file;
   o.tcp_insecure = c.agent.tcp.insecure;
   o.metrics_address = c.agent.metrics_address;
+  const auto& m = c.agent.metrics;
+  o.http_limits = {m.max_connections, m.max_connections_per_client, m.header_timeout, m.idle_timeout, m.write_timeout};
+  o.metrics_cert_file = m.cert_file;
+  o.metrics_key_file = m.key_file;
+  o.metrics_client_ca_file = m.client_ca_file;
+  o.metrics_bearer_token_file = m.bearer_token_file;
   return o;
 }
 
@@ -190,11 +266,24 @@ Status AgentServer::StartHttp() {
   if (!SplitHostPort(opts_.metrics_address, &host, &port)) {
     return Status::Invalid("metrics address \"" + opts_.metrics_address + "\" is not host:port");
   }
-  http_ = std::make_unique<httplib::Server>();
+  if (!opts_.metrics_cert_file.empty()) {
+    // Read here for a clear error; the library takes paths.
+    for (const std::string& f : {opts_.metrics_cert_file, opts_.metrics_key_file, opts_.metrics_client_ca_file}) {
+      if (!f.empty()) SHMK_RETURN_IF_ERROR(ReadFile(f).status());
+    }
+    http_ = std::make_unique<httplib::SSLServer>(
+        opts_.metrics_cert_file.c_str(), opts_.metrics_key_file.c_str(),
+        opts_.metrics_client_ca_file.empty() ? nullptr : opts_.metrics_client_ca_file.c_str());
+  } else {
+    http_ = std::make_unique<httplib::Server>();
+  }
+  if (!http_->is_valid()) return Status::Invalid("metrics TLS: cannot use the certificate, key or client CA");
+  guard_ = std::make_unique<HttpGuard>(opts_.http_limits);
   Agent* agent = agent_;
-  http_->Get("/metrics", [agent](const httplib::Request&, httplib::Response& res) {
+  HttpGuard* guard = guard_.get();
+  http_->Get("/metrics", [agent, guard](const httplib::Request&, httplib::Response& res) {
     std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
-    res.set_content(RenderMetrics(snap.get(), *agent), "text/plain; version=0.0.4");
+    res.set_content(RenderMetrics(snap.get(), *agent) + guard->RenderMetrics(), "text/plain; version=0.0.4");
   });
   std::string unix_socket = opts_.unix_socket;
   http_->Get("/healthz", [agent, unix_socket](const httplib::Request&, httplib::Response& res) {
@@ -209,6 +298,14 @@ Status AgentServer::StartHttp() {
   });
   metrics_port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (metrics_port_ <= 0) return Status::Internal("cannot listen on " + opts_.metrics_address);
+  HttpGuard::Authorize authorize;
+  if (!opts_.metrics_bearer_token_file.empty()) {
+    SHMK_RETURN_IF_ERROR(ReadFile(opts_.metrics_bearer_token_file).status());
+    authorize = [file = opts_.metrics_bearer_token_file, guard](const httplib::Request& req, httplib::Response& res) {
+      return BearerTokenAccepted(file, req, res, guard);
+    };
+  }
+  guard_->Install(http_.get(), metrics_port_, authorize);
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   // stop() before the listener entered its loop would be lost (it would then
   // run forever): return only once it is running.
@@ -223,6 +320,7 @@ void AgentServer::Shutdown() {
     if (http_thread_.joinable()) http_thread_.join();
     http_.reset();
   }
+  guard_.reset();
   if (grpc_) {
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     grpc_.reset();

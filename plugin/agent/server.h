@@ -1,7 +1,10 @@
 // shmkeeperd's listeners, built from one options struct: gRPC on a unix
 // socket (mode 0660) and optionally on TCP with TLS (mTLS with a client CA),
-// standard health checking and reflection; HTTP /metrics, /healthz (liveness:
-// CheckHealth), /readyz (the first scan is done).
+// standard health checking and reflection; HTTP /metrics, /healthz
+// (CheckHealth), /readyz (the first scan is done), optionally over TLS (with
+// client certificates) and with a bearer token for /metrics, behind the
+// connection limits of http_guard.h. The liveness probe does not use HTTP:
+// ProbeHealth asks over the unix socket, which untrusted clients cannot reach.
 #pragma once
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "http_guard.h"
 #include "node/engine.h"
 
 namespace grpc {
@@ -35,9 +39,11 @@ struct HealthReport {
 HealthReport CheckHealth(const Agent& agent, const std::string& unix_socket, std::chrono::system_clock::time_point now);
 
 // The liveness probe of a running agent configured by `config` (shmkeeperd
-// --probe): GET /healthz on agent.metricsAddress (a wildcard host is asked on
-// loopback), or, without metrics, a connection to agent.socket. Ok with the
-// agent's answer; an error naming what failed.
+// --probe): GetNode over agent.socket (root-only, so no neighbour can starve
+// it), judged as CheckHealth judges: a scan finished recently, the event
+// socket in place. Ok with "ok\n"; an error naming what failed. Without a
+// unix socket: GET /healthz on agent.metricsAddress (a wildcard host is asked
+// on loopback).
 Result<std::string> ProbeHealth(const Config& config);
 
 struct ServerOptions {
@@ -46,6 +52,14 @@ struct ServerOptions {
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
   bool tcp_insecure = false;
   std::string metrics_address = "0.0.0.0:9731";  // "" = none; "host:0" picks a port
+  HttpLimits http_limits;
+  // HTTPS for the metrics listener when set (client certificates required when
+  // metrics_client_ca_file is set too).
+  std::string metrics_cert_file, metrics_key_file, metrics_client_ca_file;
+  // /metrics needs "Authorization: Bearer <the file's content>" when set (read
+  // per request, so a rotated token applies at once). /healthz and /readyz
+  // stay open: they tell nothing about pods.
+  std::string metrics_bearer_token_file;
 
   static ServerOptions FromConfig(const Config& config);
 };
@@ -67,6 +81,7 @@ class AgentServer {
   ServerOptions opts_;
   std::unique_ptr<ShmKeeperService> service_;
   std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<HttpGuard> guard_;  // outlives http_ (its task queue calls back)
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   int tcp_port_ = 0;

@@ -81,6 +81,16 @@ grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext*, const v1::Recl
 
 grpc::Status ShmKeeperService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                                      grpc::ServerWriter<v1::Event>* writer) {
+  const int cap = agent_->config().agent.max_watch_streams;
+  if (watch_streams_.fetch_add(1) >= cap) {
+    watch_streams_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "the agent serves " + std::to_string(cap) + " Watch streams already (agent.maxWatchStreams)");
+  }
+  struct Release {
+    std::atomic<int>* n;
+    ~Release() { n->fetch_sub(1); }
+  } release{&watch_streams_};
   std::unique_ptr<EventHub::Subscription> sub = agent_->events().Subscribe();
   while (!ctx->IsCancelled()) {
     for (const AgentEvent& e : sub->Next(std::chrono::milliseconds(500))) {

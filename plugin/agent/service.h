@@ -2,6 +2,8 @@
 // Agent, and map results and errors to proto and gRPC status codes.
 #pragma once
 
+#include <atomic>
+
 #include "node/engine.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
 
@@ -16,10 +18,15 @@ class ShmKeeperService final : public v1::ShmKeeper::Service {
   grpc::Status GetPod(grpc::ServerContext*, const v1::GetPodRequest*, v1::GetPodResponse*) override;
   grpc::Status ListLeaks(grpc::ServerContext*, const v1::ListLeaksRequest*, v1::ListLeaksResponse*) override;
   grpc::Status ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest*, v1::ReclaimLeaksResponse*) override;
+  // At most agent.maxWatchStreams streams at once (each holds a server
+  // thread); one more gets RESOURCE_EXHAUSTED at once.
   grpc::Status Watch(grpc::ServerContext*, const v1::WatchRequest*, grpc::ServerWriter<v1::Event>*) override;
+
+  int watch_streams() const { return watch_streams_.load(); }
 
  private:
   Agent* agent_;  // not owned; outlives the service
+  std::atomic<int> watch_streams_{0};
 };
 
 }  // namespace shmkeeper::agent

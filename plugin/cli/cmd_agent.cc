@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "agent_client.h"
+#include "base/term_escape.h"
 
 namespace shmkeeper::cli {
 namespace {
@@ -12,7 +13,12 @@ namespace {
 using google::protobuf::util::TimeUtil;
 using Rows = std::vector<std::vector<std::string>>;
 
-void PrintTable(const Rows& rows) {
+// Every cell is escaped (base/term_escape.h): file names, commands and pod
+// names come from containers.
+void PrintTable(Rows rows) {
+  for (auto& r : rows) {
+    for (std::string& cell : r) cell = TermEscape(cell);
+  }
   std::vector<size_t> width;
   for (const auto& r : rows) {
     width.resize(std::max(width.size(), r.size()));
@@ -129,8 +135,8 @@ Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::Reclaim
   if (resp.reclaimed_size()) PrintTable(LeakRows(resp.reclaimed()));
   for (const v1::SkippedLeak& k : resp.skipped()) {
     const v1::Leak& l = k.leak();
-    std::cout << "skipped " << (l.sysv_id() >= 0 ? "sysv:" + std::to_string(l.sysv_id()) : l.path()) << " in "
-              << PodName(l.pod().namespace_(), l.pod().name()) << ": " << k.reason() << "\n";
+    std::cout << "skipped " << TermEscape(l.sysv_id() >= 0 ? "sysv:" + std::to_string(l.sysv_id()) : l.path()) << " in "
+              << TermEscape(PodName(l.pod().namespace_(), l.pod().name())) << ": " << TermEscape(k.reason()) << "\n";
   }
   return Status::Ok();
 }
@@ -146,8 +152,9 @@ Status Watch(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::WatchRequ
       continue;
     }
     std::string type = v1::EventType_Name(e.type()).substr(11);
-    std::cout << TimeUtil::ToString(e.time()) << "  " << type << "  " << PodName(e.pod().namespace_(), e.pod().name())
-              << "  " << e.message() << std::endl;
+    std::cout << TimeUtil::ToString(e.time()) << "  " << type << "  "
+              << TermEscape(PodName(e.pod().namespace_(), e.pod().name())) << "  " << TermEscape(e.message())
+              << std::endl;
   }
   grpc::Status s = reader->Finish();
   return s.ok() ? Status::Ok() : RpcError(f, s);

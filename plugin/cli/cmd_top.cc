@@ -22,6 +22,7 @@
 
 #include "agent_client.h"
 #include "base/fileutil.h"
+#include "base/term_escape.h"
 
 namespace shmkeeper::cli {
 namespace {
@@ -88,14 +89,14 @@ std::string PodRow(const v1::Pod& p, size_t name_w) {
   const v1::ShmUsage& u = p.shm();
   std::string sized = u.sized_by().empty() ? "-" : u.sized_by();
   if (!u.requested_source().empty()) sized += " (" + u.requested_source() + ")";
-  return Row(name_w, PodName(p.namespace_(), p.name()), KindName(p.kind()), Bar(UseRatio(p)),
+  return Row(name_w, TermEscape(PodName(p.namespace_(), p.name())), KindName(p.kind()), Bar(UseRatio(p)),
              std::to_string(static_cast<int>(UseRatio(p) * 100 + 0.5)) + "%", Iec(u.used_bytes()), Iec(u.size_bytes()),
-             Iec(p.leaked_bytes()), sized);
+             Iec(p.leaked_bytes()), TermEscape(sized));
 }
 
 size_t NameWidth(const std::vector<v1::Pod>& pods) {
   size_t w = 16;
-  for (const v1::Pod& p : pods) w = std::max(w, PodName(p.namespace_(), p.name()).size());
+  for (const v1::Pod& p : pods) w = std::max(w, TermEscape(PodName(p.namespace_(), p.name())).size());
   return std::min<size_t>(w, 48);
 }
 
@@ -106,9 +107,9 @@ std::vector<std::string> Frame(const v1::Node& node, std::vector<v1::Pod> pods, 
   SortPods(&pods, sort);
   size_t name_w = NameWidth(pods);
   std::vector<std::string> lines = {
-      "shmkeeper top  " + node.hostname() + "  " + std::to_string(pods.size()) + " pods, " +
+      "shmkeeper top  " + TermEscape(node.hostname()) + "  " + std::to_string(pods.size()) + " pods, " +
           Iec(node.pods_shm_used_bytes()) + " of shared memory, leaked " + Iec(node.leaked_bytes()) + "  " + Clock(),
-      "sort: " + sort + "   keys: s sort, q quit" + (error.empty() ? "" : "   ! " + error), "",
+      "sort: " + sort + "   keys: s sort, q quit" + (error.empty() ? "" : "   ! " + TermEscape(error)), "",
       Row(name_w, "POD", "KIND", "USE", "%", "USED", "SIZE", "LEAKED", "SIZED BY")};
   size_t reserved = lines.size() + 1 + (events.empty() ? 0 : events.size() + 2);  // + the "more" line
   size_t room = height > reserved ? height - reserved : 1;
@@ -187,12 +188,12 @@ class EventFeed {
     }
   }
   void Add(const v1::Event& e) {
-    std::string pod = PodName(e.pod().namespace_(), e.pod().name());
+    std::string pod = TermEscape(PodName(e.pod().namespace_(), e.pod().name()));
     std::string time = google::protobuf::util::TimeUtil::ToString(e.time());
     {
       std::lock_guard<std::mutex> l(mu_);
       recent_.push_back((time.size() >= 19 ? time.substr(11, 8) : time) + "  " +
-                        v1::EventType_Name(e.type()).substr(11) + "  " + pod + "  " + e.message());
+                        v1::EventType_Name(e.type()).substr(11) + "  " + pod + "  " + TermEscape(e.message()));
       if (recent_.size() > kMaxEvents) recent_.pop_front();
     }
     char b = 'e';

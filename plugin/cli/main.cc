@@ -1,5 +1,6 @@
 #include <iostream>
 
+#include "base/term_escape.h"
 #include "cli.h"
 #include "shmkeeper/version.h"
 
@@ -23,7 +24,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (!outcome.status.ok()) {
-    std::cerr << "shmkeeper: " << outcome.status.message() << "\n";
+    std::cerr << "shmkeeper: " << TermEscape(outcome.status.message()) << "\n";  // may quote the agent's paths
     return outcome.status.IsUserError() ? 2 : 1;
   }
   return outcome.exit_code;

@@ -260,6 +260,71 @@ TEST_F(AgentServerTest, WatchStreamsEvents) {
   ctx.TryCancel();
 }
 
+// agent.maxWatchStreams N: stream N+1 ends at once with RESOURCE_EXHAUSTED,
+// the N others keep streaming, and a slot freed by a cancelled stream is
+// taken by the next.
+TEST_F(AgentServerTest, WatchStreamsOverTheCapGetResourceExhausted) {
+  constexpr int kCap = 3;
+  Config capped = config_;
+  capped.agent.max_watch_streams = kCap;
+  capped.agent.event_socket = "";
+  ScanOptions scan;
+  scan.runtime_roots = {dir_ + "/no-runtime"};
+  scan.docker_socket = "";
+  scan.host_shm_dirs = {shm_};
+  scan.grace = capped.leaks.grace;
+  Agent agent(capped, scan);
+  ASSERT_TRUE(agent.Start().ok());
+  ServerOptions opts;
+  opts.unix_socket = dir_ + "/capped.sock";
+  opts.metrics_address = "";
+  AgentServer server(&agent, opts);
+  ASSERT_TRUE(server.Start().ok());
+  auto stub =
+      v1::ShmKeeper::NewStub(grpc::CreateChannel("unix://" + opts.unix_socket, grpc::InsecureChannelCredentials()));
+
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::Event>>> readers;
+  for (int i = 0; i < kCap; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    ctxs.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));  // never hang
+    readers.push_back(stub->Watch(ctxs.back().get(), {}));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all N subscribed
+  grpc::ClientContext over_ctx;
+  over_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto over = stub->Watch(&over_ctx, {});
+  v1::Event e;
+  EXPECT_FALSE(over->Read(&e));
+  grpc::Status st = over->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("agent.maxWatchStreams"), std::string::npos) << st.error_message();
+
+  // Positive control: the N admitted streams still get the next event.
+  Write("torch_" + std::to_string(DeadPid()) + "_0", 4096);
+  agent.ScanNow();
+  for (auto& r : readers) {
+    ASSERT_TRUE(r->Read(&e));
+    EXPECT_EQ(e.type(), v1::EVENT_TYPE_LEAK_FOUND);
+  }
+  // A cancelled stream frees its slot.
+  ctxs[0]->TryCancel();
+  (void)readers[0]->Finish();
+  bool admitted = false;
+  for (int i = 0; i < 50 && !admitted; ++i) {
+    grpc::ClientContext again_ctx;
+    auto again = stub->Watch(&again_ctx, {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again_ctx.TryCancel();
+    admitted = again->Finish().error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_TRUE(admitted);
+  for (size_t i = 1; i < ctxs.size(); ++i) ctxs[i]->TryCancel();
+  for (size_t i = 1; i < readers.size(); ++i) (void)readers[i]->Finish();
+  server.Shutdown();
+  agent.Stop();
+}
+
 TEST_F(AgentServerTest, HealthAndMetrics) {
   // grpc.health.v1.Health/Check with an empty request: SERVING is field 1 = 1.
   grpc::GenericStub generic(channel_);

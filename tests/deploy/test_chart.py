@@ -34,6 +34,7 @@ CHART_VALUES = {
     "crio": {"runtime": {"distribution": "crio"}},
     "k3s+install-root-opt": {"runtime": {"distribution": "k3s"}, "installRoot": "/opt/shmkeeper"},
     "report-only": {"agent": {"reportOnly": True}},
+    "networkpolicy": {"metrics": {"networkPolicy": {"enabled": True}}},
 }
 NAMESPACED = {"ServiceAccount", "ConfigMap", "Service", "DaemonSet", "ServiceMonitor", "PrometheusRule"}
 

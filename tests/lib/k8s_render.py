@@ -80,6 +80,7 @@ VARIANTS = {
     "crio": (["components/crio"], None),
     "k3s+install-root-opt": (["components/k3s", "components/install-root-opt"], None),
     "report-only": (["components/report-only"], None),
+    "networkpolicy": (["components/networkpolicy"], None),
 }
 
 

@@ -135,3 +135,45 @@ TEST(Config, NonUtf8ValuesSerializeWithoutThrowing) {
 
 }  // namespace
 }  // namespace shmkeeper
+
+namespace shmkeeper {
+namespace {
+
+TEST(Config, MetricsListenerLimitsAndProtection) {
+  Result<Config> c = ParseConfig(R"(
+agent:
+  maxWatchStreams: 3
+  metrics:
+    maxConnections: 16
+    maxConnectionsPerClient: 2
+    headerTimeout: 2s
+    idleTimeout: 500ms
+    writeTimeout: 1m
+    certFile: /etc/shmkeeper/tls.crt
+    keyFile: /etc/shmkeeper/tls.key
+    clientCAFile: /etc/shmkeeper/ca.crt
+    bearerTokenFile: /var/run/secrets/token
+)",
+                                 "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->agent.max_watch_streams, 3);
+  EXPECT_EQ(c->agent.metrics.max_connections, 16);
+  EXPECT_EQ(c->agent.metrics.max_connections_per_client, 2);
+  EXPECT_EQ(c->agent.metrics.header_timeout, std::chrono::seconds(2));
+  EXPECT_EQ(c->agent.metrics.idle_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->agent.metrics.write_timeout, std::chrono::minutes(1));
+  EXPECT_EQ(c->agent.metrics.bearer_token_file, "/var/run/secrets/token");
+  for (const char* bad : {"agent: {maxWatchStreams: 0}\n", "agent: {metrics: {maxConnections: many}}\n",
+                          "agent: {metrics: {maxConnections: 4}}\n",  // below the per-client default of 8
+                          "agent: {metrics: {certFile: /a.crt}}\n", "agent: {metrics: {clientCAFile: /ca.crt}}\n",
+                          "agent: {metrics: {headerTimeout: 0s}}\n"}) {
+    Result<Config> r = ParseConfig(bad, "c.yaml");
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("c.yaml:"), std::string::npos) << r.status().message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shmkeeper

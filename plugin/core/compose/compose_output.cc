@@ -1,6 +1,7 @@
 // Output of a compose check: the finding codes' strings, JSON and text.
 #include <sstream>
 
+#include "base/term_escape.h"
 #include "compose/compose.h"
 
 namespace shmkeeper {
@@ -59,9 +60,10 @@ Json ComposeReportToJson(const ComposeReport& r) {
 std::string ComposeReportToText(const ComposeReport& r) {
   std::ostringstream out;
   for (const ComposeFinding& x : r.findings) {
-    out << x.pos.ToString() << ": " << SeverityName(x.severity) << ": "
-        << (x.service.empty() ? "" : "service '" + x.service + "': ") << x.message;
-    if (!x.suggestion.empty()) out << " (fix: " << x.suggestion << ")";
+    // Service names and values come from compose files (possibly downloaded): escaped for the terminal.
+    out << TermEscape(x.pos.ToString()) << ": " << SeverityName(x.severity) << ": "
+        << TermEscape((x.service.empty() ? "" : "service '" + x.service + "': ") + x.message);
+    if (!x.suggestion.empty()) out << " (fix: " << TermEscape(x.suggestion) << ")";
     out << " [" << FindingCodeName(x.code) << "]\n";
   }
   if (r.findings.empty()) out << "ok: no /dev/shm problems in " << r.files.size() << " file(s)\n";

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <array>
+#include <charconv>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -77,6 +78,23 @@ Status SetBool(const YAML::Node& n, bool* out) {
   return Status::Ok();
 }
 
+Status SetCount(const YAML::Node& n, int max, int* out) {
+  SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 1 || v > max) {
+    return Status::Invalid("\"" + text + "\" is not a whole number from 1 to " + std::to_string(max));
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+Status SetDuration(const YAML::Node& n, std::chrono::milliseconds* out) {
+  SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+  SHMK_ASSIGN_OR_RETURN(*out, ParseDuration(text));
+  return Status::Ok();
+}
+
 struct Field {
   std::string_view key;
   Setter set;
@@ -134,6 +152,25 @@ const Field kFields[] = {
     {"agent.tcp.clientCAFile",
      [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.client_ca_file); }},
     {"agent.tcp.insecure", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.tcp.insecure); }},
+    {"agent.metrics.maxConnections",
+     [](const YAML::Node& n, Config* c) { return SetCount(n, 4096, &c->agent.metrics.max_connections); }},
+    {"agent.metrics.maxConnectionsPerClient",
+     [](const YAML::Node& n, Config* c) { return SetCount(n, 4096, &c->agent.metrics.max_connections_per_client); }},
+    {"agent.metrics.headerTimeout",
+     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.header_timeout); }},
+    {"agent.metrics.idleTimeout",
+     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.idle_timeout); }},
+    {"agent.metrics.writeTimeout",
+     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.write_timeout); }},
+    {"agent.metrics.certFile",
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.cert_file); }},
+    {"agent.metrics.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.key_file); }},
+    {"agent.metrics.clientCAFile",
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.client_ca_file); }},
+    {"agent.metrics.bearerTokenFile",
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.bearer_token_file); }},
+    {"agent.maxWatchStreams",
+     [](const YAML::Node& n, Config* c) { return SetCount(n, 100000, &c->agent.max_watch_streams); }},
     {"inject.preload", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->inject.preload); }},
     {"inject.library", [](const YAML::Node& n, Config* c) { return SetString(n, &c->inject.library); }},
     {"preload.reserve", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->preload.reserve); }},
@@ -193,6 +230,16 @@ Status Validate(const YAML::Node& root, const std::string& name, const Config& c
     return Status::Invalid(Where(name, root["agent"]["tcp"]) +
                            ": key 'agent.tcp': a TCP listener needs certFile and keyFile (TLS), or "
                            "insecure: true to serve plaintext");
+  }
+  const Config::Agent::Metrics& m = c.agent.metrics;
+  if (m.cert_file.empty() != m.key_file.empty() || (!m.client_ca_file.empty() && m.cert_file.empty())) {
+    return Status::Invalid(Where(name, root["agent"]["metrics"]) +
+                           ": key 'agent.metrics': HTTPS needs both certFile and keyFile (clientCAFile only with "
+                           "them)");
+  }
+  if (m.max_connections_per_client > m.max_connections) {
+    return Status::Invalid(Where(name, root["agent"]["metrics"]) +
+                           ": key 'agent.metrics.maxConnectionsPerClient': larger than maxConnections");
   }
   if (c.agent.reconcile && c.agent.cri_socket.empty()) {
     return Status::Invalid(Where(name, root["agent"]["reconcile"]) +
@@ -290,7 +337,17 @@ nlohmann::json ConfigToJson(const Config& c) {
         {"tcp",
          {{"address", c.agent.tcp.address},
           {"mtls", !c.agent.tcp.client_ca_file.empty()},
-          {"insecure", c.agent.tcp.insecure}}}}},
+          {"insecure", c.agent.tcp.insecure}}},
+        {"metrics",
+         {{"maxConnections", c.agent.metrics.max_connections},
+          {"maxConnectionsPerClient", c.agent.metrics.max_connections_per_client},
+          {"headerTimeout", std::to_string(c.agent.metrics.header_timeout.count()) + "ms"},
+          {"idleTimeout", std::to_string(c.agent.metrics.idle_timeout.count()) + "ms"},
+          {"writeTimeout", std::to_string(c.agent.metrics.write_timeout.count()) + "ms"},
+          {"tls", !c.agent.metrics.cert_file.empty()},
+          {"clientCertificates", !c.agent.metrics.client_ca_file.empty()},
+          {"bearerToken", !c.agent.metrics.bearer_token_file.empty()}}},
+        {"maxWatchStreams", c.agent.max_watch_streams}}},
       {"leaks",
        {{"grace", std::to_string(c.leaks.grace.count()) + "s"},
         {"reclaim", kReclaimNames[static_cast<size_t>(c.leaks.reclaim)]}}},

@@ -82,6 +82,20 @@ struct Config {
       std::string client_ca_file;  // agent.tcp.clientCAFile: set = mTLS
       bool insecure = false;       // agent.tcp.insecure: plaintext TCP, only when asked
     } tcp;
+    // agent.metrics.*: the limits and the protection of the HTTP listener at
+    // metricsAddress (docs/monitoring.md, "Exposure").
+    struct Metrics {
+      int max_connections = 64;                        // agent.metrics.maxConnections: open connections, all clients
+      int max_connections_per_client = 8;              // agent.metrics.maxConnectionsPerClient: per source address
+      std::chrono::milliseconds header_timeout{5000};  // agent.metrics.headerTimeout: a request head's time
+      std::chrono::milliseconds idle_timeout{5000};    // agent.metrics.idleTimeout: keep-alive between requests
+      std::chrono::milliseconds write_timeout{30000};  // agent.metrics.writeTimeout: a response's time
+      std::string cert_file, key_file;                 // agent.metrics.certFile, keyFile (PEM): serve HTTPS
+      std::string client_ca_file;                      // agent.metrics.clientCAFile: require client certificates
+      std::string bearer_token_file;  // agent.metrics.bearerTokenFile: /metrics needs this bearer token
+    } metrics;
+    // agent.maxWatchStreams: concurrent Watch streams; more get RESOURCE_EXHAUSTED.
+    int max_watch_streams = 64;
   } agent;
   struct Inject {
     // inject.preload: bind-mount libshmkeeper-preload.so into containers whose

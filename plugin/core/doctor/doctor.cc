@@ -14,6 +14,7 @@
 #include "base/bytes.h"
 #include "base/fileutil.h"
 #include "base/proc_args.h"
+#include "base/term_escape.h"
 #include "decide/workloads.h"
 #include "scan/memcg.h"
 #include "scan/proc_table.h"
@@ -286,36 +287,38 @@ Json DoctorToJson(const DoctorReport& r) {
           {"workloads", workloads}};
 }
 
+// Every value from the system (paths, file names, commands, mount options) is
+// escaped for the terminal: /dev/shm is writable by everyone in the container.
 std::string DoctorToText(const DoctorReport& r) {
   std::ostringstream o;
   auto row = [&](const std::string& k, const std::string& v) {
     o << k << std::string(16 - std::min<size_t>(15, k.size()), ' ') << v << "\n";
   };
   if (r.present) {
-    row(r.shm_path,
+    row(TermEscape(r.shm_path),
         FormatSize(r.size_bytes) + ", " + FormatSize(r.used_bytes) + " used, " + FormatSize(r.free_bytes) + " free");
-    row("mount", r.fstype + " \"" + r.mount_source + "\" " + r.mount_options);
+    row("mount", TermEscape(r.fstype + " \"" + r.mount_source + "\" " + r.mount_options));
   } else {
-    row(r.shm_path, "missing");
+    row(TermEscape(r.shm_path), "missing");
   }
   row("IPC namespace", std::to_string(r.ipc_ns) + (r.host_ipc ? " (the host's)" : " (private)"));
   row("SysV segments", r.sysv.empty() ? "none" : std::to_string(r.sysv.size()));
   row("memory cgroup", "limit " + (r.memcg_limit_bytes ? FormatSize(r.memcg_limit_bytes) : std::string("none")) +
                            ", shmem charged " + FormatSize(r.memcg_shmem_bytes));
-  row("engine", r.engine);
+  row("engine", TermEscape(r.engine));
   if (!r.largest.empty()) {
     o << "largest files\n";
     for (const DoctorFile& f : r.largest) {
-      o << "  " << FormatSize(f.bytes) << "  " << f.path;
+      o << "  " << FormatSize(f.bytes) << "  " << TermEscape(f.path);
       if (f.holders.empty()) o << "  (no holder)";
-      for (const auto& [pid, cmd] : f.holders) o << "  pid " << pid << " " << cmd;
+      for (const auto& [pid, cmd] : f.holders) o << "  pid " << pid << " " << TermEscape(cmd);
       o << "\n";
     }
   }
-  for (const std::string& f : r.findings) o << "problem: " << f << "\n";
-  for (const std::string& w : r.warnings) o << "note: " << w << "\n";
+  for (const std::string& f : r.findings) o << "problem: " << TermEscape(f) << "\n";
+  for (const std::string& w : r.warnings) o << "note: " << TermEscape(w) << "\n";
   if (!r.findings.empty()) {
-    for (const std::string& f : r.fixes) o << "fix: " << f << "\n";
+    for (const std::string& f : r.fixes) o << "fix: " << TermEscape(f) << "\n";
   }
   if (r.findings.empty()) o << "ok: nothing wrong with shared memory here\n";
   return o.str();

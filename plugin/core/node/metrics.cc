@@ -2,13 +2,17 @@
 
 #include <sstream>
 
+#include "base/status.h"
+
 namespace shmkeeper {
 
 namespace {
 
+// A label value as exposition text: valid UTF-8 (bytes that are not: the
+// text \xNN, as the gRPC API shows them), backslash, quote and newline escaped.
 std::string Escape(const std::string& v) {
   std::string out;
-  for (char c : v) {
+  for (char c : EscapeInvalidUtf8(v)) {
     if (c == '\\' || c == '"') out += '\\';
     if (c == '\n') {
       out += "\\n";
@@ -51,6 +55,7 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
     << "\n";
   o << "shmkeeper_event_datagrams_dropped_total{reason=\"receive_error\"} " << rep.Count(kDatagramsReceiveErrors)
     << "\n";
+  o << "shmkeeper_event_datagrams_dropped_total{reason=\"rate_limited\"} " << rep.Count(kDatagramsRateLimited) << "\n";
   help("shmkeeper_enrichment_errors_total", "counter",
        "Scans whose container names and labels could not be read from a runtime API, by source.");
   o << "shmkeeper_enrichment_errors_total{source=\"docker\"} " << rep.Count(kDockerEnrichmentErrors) << "\n";

@@ -93,7 +93,12 @@ void EventReceiver::Run() {
         uid = cred.uid;
       }
     }
-    if (sender > 0) {
+    if (sender > 0 && !limiter_.Allow(sender, SenderLimiter::Clock::now())) {
+      if (reporter_) {
+        reporter_->Report(kDatagramsRateLimited, "dropped a datagram on " + path_ + " from pid " +
+                                                     std::to_string(sender) + ": over the senders' rate limits");
+      }
+    } else if (sender > 0) {
       handler_(sender, uid, std::string(buf, static_cast<size_t>(n)));
     } else if (reporter_) {
       reporter_->Report(kDatagramsNoCredentials, "dropped a datagram on " + path_ + " without sender credentials");

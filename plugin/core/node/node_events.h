@@ -18,6 +18,7 @@
 #include "base/fileutil.h"
 #include "base/status.h"
 #include "node/reporter.h"
+#include "node/sender_limiter.h"
 
 namespace shmkeeper {
 
@@ -28,8 +29,9 @@ namespace shmkeeper {
 // a payload is trusted (see creator_book.h).
 //
 // A datagram that never reaches `on_datagram` (no sender credentials, a
-// receive error) is reported to `reporter` (kDatagramsNoCredentials,
-// kDatagramsReceiveErrors) when it is not null; it must outlive the receiver.
+// receive error, over a sender's rate limit: sender_limiter.h) is reported to
+// `reporter` (kDatagramsNoCredentials, kDatagramsReceiveErrors,
+// kDatagramsRateLimited) when it is not null; it must outlive the receiver.
 class EventReceiver {
  public:
   using Handler = std::function<void(pid_t sender, uid_t uid, const std::string& payload)>;
@@ -42,6 +44,7 @@ class EventReceiver {
   std::string path_;
   Handler handler_;
   Reporter* reporter_;
+  SenderLimiter limiter_;  // the receiver's thread only
   UniqueFd sock_, stop_;
   std::thread thread_;
 };

@@ -22,6 +22,7 @@ inline constexpr char kDockerEnrichmentErrors[] = "enrichment_errors.docker";
 inline constexpr char kWatcherErrors[] = "watcher_errors";
 inline constexpr char kDatagramsNoCredentials[] = "datagrams_dropped.no_credentials";
 inline constexpr char kDatagramsReceiveErrors[] = "datagrams_dropped.receive_error";
+inline constexpr char kDatagramsRateLimited[] = "datagrams_dropped.rate_limited";
 
 class Reporter {
  public:
