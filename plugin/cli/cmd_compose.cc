@@ -221,12 +221,13 @@ Status Fix(const ComposeFlags& f, const std::string& size, bool write, Outcome& 
   ComposeCheckOptions o = Options(f);
   AddMeasured(f.agent, &o);
   SHMK_ASSIGN_OR_RETURN(std::vector<ComposeFix> fixes, PlanComposeFixes(o, size));
-  bool changed = false, skipped = false;
+  bool changed = false;
+  size_t skipped = 0;
   for (const ComposeFix& fix : fixes) {
     for (const std::string& c : fix.changes) std::cerr << "fixed: " << c << "\n";
     for (const std::string& c : fix.skipped) std::cerr << "not fixed: " << c << "\n";
     changed = changed || fix.fixed != fix.original;
-    skipped = skipped || !fix.skipped.empty();
+    skipped += fix.skipped.size();
   }
   if (!changed) std::cerr << "shmkeeper: nothing to change in " << fixes.size() << " file(s)\n";
   for (const ComposeFix& fix : fixes) {
@@ -243,8 +244,8 @@ Status Fix(const ComposeFlags& f, const std::string& size, bool write, Outcome& 
     SHMK_RETURN_IF_ERROR(WriteFileAtomic(fix.file, fix.fixed));
     std::cerr << "shmkeeper: wrote " << fix.file << "\n";
   }
-  if (skipped) {
-    std::cerr << "shmkeeper: some findings were not fixed (\"not fixed:\" above); fix them by hand\n";
+  if (skipped > 0) {
+    std::cerr << "shmkeeper: " << skipped << " finding(s) left for a fix by hand, each named above\n";
     outcome.exit_code = 1;
   }
   return Status::Ok();

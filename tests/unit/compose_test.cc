@@ -315,9 +315,12 @@ namespace shmkeeper {
 namespace {
 
 // The workload names the argv `argv` run in `image` shows, as compose sees a service.
-std::vector<std::string> ArgvNames(const std::string& image, const std::vector<std::string>& argv) {
+std::vector<std::string> ArgvNames(const std::string& image, const std::vector<std::string>& argv,
+                                   std::vector<std::string> env_keys = {}, std::vector<std::string> ports = {}) {
   WorkloadSignals s;
   s.image = image;
+  s.env_keys = std::move(env_keys);
+  s.ports = std::move(ports);
   AddArgv(argv, &s);
   std::vector<std::string> out;
   for (const ShmWorkload* w : MatchShmWorkloads(s)) out.push_back(w->name);
@@ -350,9 +353,13 @@ TEST(Workloads, ThroughShellsWrappersAndScripts) {
 TEST(Workloads, InHouseImageNames) {
   using V = std::vector<std::string>;
   V pg = {"PostgreSQL"}, none = {};
-  EXPECT_EQ(ArgvNames("registry.example.internal/data/warehouse-pg:15.6", {}), pg);
-  EXPECT_EQ(ArgvNames("ghcr.io/acme/postgres-custom:16", {}), pg);
-  EXPECT_EQ(ArgvNames("acme/timescaledb-ha-ext", {}), pg);
+  // A database's name in an image counts with a sign of the server (its env, port, health check).
+  EXPECT_EQ(ArgvNames("registry.example.internal/data/warehouse-pg:15.6", {}, {"postgres_password"}), pg);
+  EXPECT_EQ(ArgvNames("ghcr.io/acme/postgres-custom:16", {}, {}, {"5432"}), pg);
+  EXPECT_EQ(ArgvNames("acme/timescaledb-ha-ext", {}, {"postgres_db"}), pg);
+  EXPECT_EQ(ArgvNames("registry.example.internal/data/warehouse-pg:15.6", {}), none);
+  EXPECT_EQ(ArgvNames("pramsey/pg_tileserv", {}, {"database_url"}, {"7800"}), none);
+  EXPECT_EQ(ArgvNames("ghcr.io/dbt-labs/dbt-postgres:1.7", {}, {"postgres_password", "postgres_host"}), none);
   EXPECT_EQ(ArgvNames("registry.acme.io/qa/e2e-chrome:1", {}), V{"Chrome/Chromium"});
   EXPECT_EQ(ArgvNames("registry.acme.io/db/oracle-xe-custom:21", {}), V{"Oracle Database"});
   for (const char* n : {"acme/postgres-exporter", "acme/pg-backup:1", "acme/pgadmin", "acme/postgres-init",

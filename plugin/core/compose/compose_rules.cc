@@ -95,6 +95,26 @@ std::vector<std::string> MountTargets(const Service& s) {
   return out;
 }
 
+// The container side of the service's ports and expose ("8080:5432/tcp" -> "5432").
+std::vector<std::string> ContainerPorts(const Service& s) {
+  std::vector<std::string> out;
+  for (const char* key : {"ports", "expose"}) {
+    auto it = s.keys.find(key);
+    if (it == s.keys.end() || !it->second.value.IsSequence()) continue;
+    for (const auto& item : it->second.value) {
+      std::string p;
+      if (item.IsScalar()) {
+        p = item.Scalar();
+        p = p.substr(p.rfind(':') == std::string::npos ? 0 : p.rfind(':') + 1);
+      } else if (item.IsMap() && item["target"] && item["target"].IsScalar()) {
+        p = item["target"].Scalar();
+      }
+      out.push_back(p.substr(0, p.find('/')));
+    }
+  }
+  return out;
+}
+
 void AddEnvKeys(const YAML::Node& env, WorkloadSignals* sig) {
   for (const auto& item : env) {
     if (env.IsMap() && item.first.IsScalar()) sig->env_keys.push_back(Lower(item.first.Scalar()));
@@ -155,6 +175,14 @@ WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* to
     }
   }
   sig.mounts = MountTargets(s);
+  sig.ports = ContainerPorts(s);
+  if (auto hc = s.keys.find("healthcheck"); hc != s.keys.end() && hc->second.value.IsMap()) {
+    if (YAML::Node test = hc->second.value["test"]; test) {
+      WorkloadSignals h;
+      AddArgv(ArgvOf(test, o.env), &h);
+      sig.health_words = h.words;
+    }
+  }
   return sig;
 }
 

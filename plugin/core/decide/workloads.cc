@@ -107,9 +107,13 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
         "image:crunchy-postgres-gis", "image:citusdata/citus", "image:apache/age", "image:paradedb/paradedb",
         "image:cloudnative-pg/postgresql", "prog:postgres", "prog:postmaster", "prog:pg_ctl", "prog:pg_ctlcluster",
         "prog:initdb", "env:pgdata", "env:postgres_initdb_args", "env:postgres_initdb_waldir",
-        "env:postgres_host_auth_method", "token:postgres", "token:postgresql", "token:pg", "token:pgsql",
-        "token:postgis", "token:timescaledb", "token:pgvector", "token:citus", "token:spilo",
-        "mount:/var/lib/postgresql/data", "mount:/var/lib/pgsql/data"},
+        "env:postgres_host_auth_method", "mount:/var/lib/postgresql/data", "mount:/var/lib/pgsql/data",
+        // An in-house name ("warehouse-pg") is also the name of tools
+        // ("pg_tileserv", "dbt-postgres"): it counts with a sign of a server.
+        "?token:postgres", "?token:postgresql", "?token:pg", "?token:pgsql", "?token:postgis", "?token:timescaledb",
+        "?token:pgvector", "?token:citus", "?token:spilo", "+env:postgres_password", "+env:postgres_user",
+        "+env:postgres_db", "+port:5432", "+health:pg_isready", "-env:postgres_host", "-env:pghost",
+        "-env:database_url", "-env:db_host"},
        // Clients and tools named after it, and clients run in its image.
        {"token:exporter", "token:backup", "token:backups", "token:pgadmin", "token:admin", "token:meta",
         "token:bouncer", "token:pgbouncer", "token:proxy", "token:client", "token:cli", "token:operator",
@@ -291,6 +295,8 @@ bool Matches(const std::string& pattern, const WorkloadSignals& s) {
   if (kind == "cmd") return AnyOf(s.words, value);
   if (kind == "env") return AnyOf(s.env_keys, value);
   if (kind == "pkg") return AnyOf(s.packages, value);
+  if (kind == "port") return AnyOf(s.ports, value);
+  if (kind == "health") return AnyOf(s.health_words, value);
   if (kind == "mount") {
     return std::any_of(s.mounts.begin(), s.mounts.end(), [&](const std::string& m) { return UnderPath(m, value); });
   }
@@ -316,14 +322,23 @@ bool IsClientOnly(const ShmWorkload& w, const std::string& name, const WorkloadS
 std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& s) {
   std::vector<const ShmWorkload*> out;
   for (const ShmWorkload& w : ShmWorkloads()) {
-    auto hit = [&](const char* p) { return Matches(p, s); };
+    // Plain patterns suffice; "?" ones need a "+" one and no "-" one.
+    bool strong = false, weak = false, support = false, against = false;
+    for (const char* p : w.evidence) {
+      char c = p[0];
+      bool prefixed = c == '?' || c == '+' || c == '-';
+      if (!Matches(prefixed ? p + 1 : p, s)) continue;
+      strong = strong || !prefixed;
+      weak = weak || c == '?';
+      support = support || c == '+';
+      against = against || c == '-';
+    }
+    if (!strong && !(weak && support && !against)) continue;
     auto stops = [&](const char* p) {
       std::string pattern = p;
       return pattern.starts_with("client:") ? IsClientOnly(w, pattern.substr(7), s) : Matches(pattern, s);
     };
-    if (std::any_of(w.evidence.begin(), w.evidence.end(), hit) &&
-        std::none_of(w.unless.begin(), w.unless.end(), stops))
-      out.push_back(&w);
+    if (std::none_of(w.unless.begin(), w.unless.end(), stops)) out.push_back(&w);
   }
   return out;
 }

@@ -32,6 +32,11 @@ namespace shmkeeper {
 //               apt-get/apk/dnf/pip/npm lines, package.json dependencies,
 //               requirements.txt; "playwright-browsers" for `playwright install`)
 //   mount:PATH  a volume mounted at PATH (or below it) in the container
+//   port:N      container port N published or exposed
+//   health:WORD a word of the healthcheck's test (basename, lower case)
+// An evidence pattern may be prefixed: "?P" is weak evidence, which counts
+// only with a "+P" pattern (support, never evidence alone) matching and no
+// "-P" pattern (a sign of a client) matching.
 // and, in `unless` only:
 //   client:NAME NAME is one of the programs and none of the row's prog:
 //               patterns matches: a client of the workload run in its image
@@ -56,6 +61,8 @@ struct WorkloadSignals {
   std::vector<std::string> base_images;  // more images to match image: and token: (a build's FROM)
   std::vector<std::string> packages;     // see pkg:
   std::vector<std::string> mounts;       // container paths of volumes, see mount:
+  std::vector<std::string> ports;        // container ports published or exposed ("5432"), see port:
+  std::vector<std::string> health_words;  // the words of the healthcheck's test, see health:
 };
 
 // The table, in the order findings name the workloads.
