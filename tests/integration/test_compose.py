@@ -140,3 +140,28 @@ def test_usage_errors_exit_2(bins, tmp_path):
     assert p.returncode == 2 and '--size "lots"' in p.stderr
     p = run([bins.CLI, "compose", "check", str(tmp_path / "nope.yml")], check=False)
     assert p.returncode == 2 and "nope.yml" in p.stderr
+
+
+# Sizes docker-compose 1.29 hands to docker-py's parse_bytes (what `up` does
+# with shm_size), and what compose v2 (go-units RAMInBytes) alone accepts.
+V1_SIZES = ["2gb", "2 GB", "2 g", "512M", "1024", "10.24gb", ".5g", "1.g", "1e3m", "+2g", " 2g", "2  g", "1_000m",
+            "2bb", "2kb", "100 b", "2GiB", "2tb", "1t", "2g ", "-1g", "g", "gb", "lots", "2Gi", "inf", "nan", "0x10",
+            "1e", "1.2.3g", "2 gigabytes"]
+
+
+def test_sizes_as_docker_compose_v1_parses_them(bins, tmp_path):
+    """Each size through `compose check` and through docker-py's own
+    parse_bytes (the code docker-compose 1.29 runs): invalid-size exactly
+    where both compose grammars refuse it (v2's own additions: GiB, t, p)."""
+    utils = pytest.importorskip("docker.utils")
+    v2_only = {"2GiB", "2tb", "1t"}
+    for size in V1_SIZES:
+        try:
+            v1_ok = utils.parse_bytes(size) >= 0
+        except Exception:  # noqa: BLE001 - docker-py raises DockerException, ValueError, OverflowError
+            v1_ok = False
+        (tmp_path / "docker-compose.yml").write_text(
+            f"services:\n  db:\n    image: postgres:16\n    shm_size: {json.dumps(size)}\n")
+        report = json.loads(check(bins, tmp_path, "-o", "json").stdout)
+        invalid = any(f["code"] == "invalid-size" for f in report["findings"])
+        assert invalid == (not v1_ok and size not in v2_only), (size, v1_ok, report["findings"])

@@ -439,7 +439,7 @@ void AddProgramOf(const std::vector<std::string>& argv, WorkloadSignals* s, int 
       if (i + 1 < argv.size() && !argv[i + 1].starts_with("-") && IsShell(prog) && prog != "busybox")
         s->programs.push_back(LowerBase(argv[i + 1]));  // sh /start.sh
     } else if (prog.find("entrypoint") != std::string::npos && i + 1 < argv.size() &&
-               !argv[i + 1].starts_with("-")) {
+               !argv[i + 1].starts_with("-") && depth < kMaxShellDepth) {
       // docker-entrypoint.sh postgres -c ...: the script execs its arguments.
       AddProgramOf(std::vector<std::string>(argv.begin() + static_cast<long>(i) + 1, argv.end()), s, depth + 1);
     }
