@@ -41,18 +41,54 @@ TEST(Compose, SizeGrammarsOfComposeV1AndV2) {
     const char* text;
     int64_t v1, v2;
   } cases[] = {
-      {"2gb", 2 * G, 2 * G},       {"2GB", 2 * G, 2 * G},      {"2 GB", 2 * G, 2 * G},      {"2 g", 2 * G, 2 * G},
-      {"512m", 512 * M, 512 * M},  {"512M", 512 * M, 512 * M}, {"64mb", 64 * M, 64 * M},   {"1024", 1024, 1024},
-      {"1k", K, K},                {"100b", 100, 100},         {"100 b", 100, 100},         {"10.24gb", 10995116277, 10995116277},
-      {"1.5g", 3 * G / 2, 3 * G / 2}, {".5g", G / 2, G / 2},    {"1.g", G, G},               {"0", 0, 0},
-      {"2GiB", -1, 2 * G},         {"2gib", -1, 2 * G},        {"1t", -1, T},               {"2tb", -1, 2 * T},
-      {"1p", -1, K * T},           {"1e3", 1000, 1000},        {"1e3m", 1000 * M, 1000 * M}, {"+2g", 2 * G, 2 * G},
-      {" 2g", 2 * G, -1},          {"2  g", 2 * G, -1},        {"2g ", -1, -1},             {"2\tg", 2 * G, -1},
-      {"1_000m", 1000 * M, -1},    {"2bb", 2, -1},             {"2kb", 2 * K, 2 * K},       {"2kib", -1, 2 * K},
-      {"-1g", -1, -1},             {"", -1, -1},               {"g", -1, -1},               {"gb", -1, -1},
-      {"lots", -1, -1},            {"2Gi", -1, -1},            {"2 gigabytes", -1, -1},     {"inf", -1, -1},
-      {"nan", -1, -1},             {"1.2.3g", -1, -1},         {"0x10", -1, -1},            {"2x", -1, -1},
-      {"1e", -1, -1},              {"2 ", -1, 2},               {"1e999g", -1, -1},          {"9999999999999g", -1, -1},
+      {"2gb", 2 * G, 2 * G},
+      {"2GB", 2 * G, 2 * G},
+      {"2 GB", 2 * G, 2 * G},
+      {"2 g", 2 * G, 2 * G},
+      {"512m", 512 * M, 512 * M},
+      {"512M", 512 * M, 512 * M},
+      {"64mb", 64 * M, 64 * M},
+      {"1024", 1024, 1024},
+      {"1k", K, K},
+      {"100b", 100, 100},
+      {"100 b", 100, 100},
+      {"10.24gb", 10995116277, 10995116277},
+      {"1.5g", 3 * G / 2, 3 * G / 2},
+      {".5g", G / 2, G / 2},
+      {"1.g", G, G},
+      {"0", 0, 0},
+      {"2GiB", -1, 2 * G},
+      {"2gib", -1, 2 * G},
+      {"1t", -1, T},
+      {"2tb", -1, 2 * T},
+      {"1p", -1, K * T},
+      {"1e3", 1000, 1000},
+      {"1e3m", 1000 * M, 1000 * M},
+      {"+2g", 2 * G, 2 * G},
+      {" 2g", 2 * G, -1},
+      {"2  g", 2 * G, -1},
+      {"2g ", -1, -1},
+      {"2\tg", 2 * G, -1},
+      {"1_000m", 1000 * M, -1},
+      {"2bb", 2, -1},
+      {"2kb", 2 * K, 2 * K},
+      {"2kib", -1, 2 * K},
+      {"-1g", -1, -1},
+      {"", -1, -1},
+      {"g", -1, -1},
+      {"gb", -1, -1},
+      {"lots", -1, -1},
+      {"2Gi", -1, -1},
+      {"2 gigabytes", -1, -1},
+      {"inf", -1, -1},
+      {"nan", -1, -1},
+      {"1.2.3g", -1, -1},
+      {"0x10", -1, -1},
+      {"2x", -1, -1},
+      {"1e", -1, -1},
+      {"2 ", -1, 2},
+      {"1e999g", -1, -1},
+      {"9999999999999g", -1, -1},
   };
   for (const Case& c : cases) {
     Result<int64_t> v1 = ParseComposeV1Size(c.text), v2 = ParseComposeV2Size(c.text);
@@ -362,9 +398,9 @@ TEST(Workloads, InHouseImageNames) {
   EXPECT_EQ(ArgvNames("ghcr.io/dbt-labs/dbt-postgres:1.7", {}, {"postgres_password", "postgres_host"}), none);
   EXPECT_EQ(ArgvNames("registry.acme.io/qa/e2e-chrome:1", {}), V{"Chrome/Chromium"});
   EXPECT_EQ(ArgvNames("registry.acme.io/db/oracle-xe-custom:21", {}), V{"Oracle Database"});
-  for (const char* n : {"acme/postgres-exporter", "acme/pg-backup:1", "acme/pgadmin", "acme/postgres-init",
-                        "oracle/graalvm-ce", "acme/oracle-instantclient", "acme/apg", "acme/api", "acme/pgbouncer",
-                        "acme/chrome-extension-builder"}) {
+  for (const char* n :
+       {"acme/postgres-exporter", "acme/pg-backup:1", "acme/pgadmin", "acme/postgres-init", "oracle/graalvm-ce",
+        "acme/oracle-instantclient", "acme/apg", "acme/api", "acme/pgbouncer", "acme/chrome-extension-builder"}) {
     EXPECT_EQ(ArgvNames(n, {}), none) << n;
   }
 }
@@ -397,40 +433,47 @@ TEST(Compose, RecognisedThroughTheBuildContextAndTheImage) {
   ComposeCheckOptions o = InMemory({
       {"p/docker-compose.yml",
        "services:\n"
-       "  warehouse:\n"                        // FROM postgres in an in-house Dockerfile
+       "  warehouse:\n"  // FROM postgres in an in-house Dockerfile
        "    build: ./db\n"
        "    image: registry.example.internal/data/warehouse:15\n"
-       "  worker:\n"                           // an entrypoint script in the build context
+       "  worker:\n"  // an entrypoint script in the build context
        "    build: {context: ./worker}\n"
        "    image: acme/worker\n"
        "    entrypoint: [/usr/local/bin/start.sh]\n"
-       "  pdf:\n"                              // puppeteer in package.json, installed by npm ci
+       "  pdf:\n"  // puppeteer in package.json, installed by npm ci
        "    build: ./pdf\n"
-       "  scraper:\n"                          // playwright install in a RUN line
+       "  scraper:\n"  // playwright install in a RUN line
        "    build: ./scraper\n"
-       "  api:\n"                              // an app image with nothing of that
+       "  api:\n"  // an app image with nothing of that
        "    build: ./api\n"
        "    command: ./run.sh\n"
-       "  local:\n"                            // an image present on the node, its Cmd and Env
+       "  local:\n"  // an image present on the node, its Cmd and Env
        "    image: acme/db:3\n"
-       "  mounted:\n"                          // a script mounted by a volume
+       "  mounted:\n"  // a script mounted by a volume
        "    image: debian:12\n"
        "    command: bash /boot.sh\n"
        "    volumes: [\"./boot.sh:/boot.sh:ro\"]\n"},
-      {"p/./db/Dockerfile", "ARG PG=15\nFROM postgres:${PG}-bookworm AS base\nCOPY init.sql /docker-entrypoint-initdb.d/\n"},
-      {"p/./worker/Dockerfile", "FROM debian:12\nCOPY scripts/start.sh /usr/local/bin/\nRUN apt-get install -y "
-                                "postgresql-15\n"},
-      {"p/./worker/scripts/start.sh", "#!/bin/sh\nset -e\nexec su postgres -c '/usr/lib/postgresql/15/bin/pg_ctl "
-                                      "-D /d start'\n"},
-      {"p/./pdf/Dockerfile", "FROM node:20-slim\nCOPY package*.json ./\nRUN npm ci --omit=dev\nCMD [\"node\", \"pdf.js\"]\n"},
-      {"p/./pdf/package.json", "{\"dependencies\": {\"puppeteer\": \"^22.0.0\", \"express\": \"4\"},"
-                               " \"devDependencies\": {\"@playwright/test\": \"1\"}}"},
-      {"p/./scraper/Dockerfile", "FROM python:3.12\nRUN pip install playwright==1.44 \\\n && playwright install "
-                                 "--with-deps chromium\n"},
+      {"p/./db/Dockerfile",
+       "ARG PG=15\nFROM postgres:${PG}-bookworm AS base\nCOPY init.sql /docker-entrypoint-initdb.d/\n"},
+      {"p/./worker/Dockerfile",
+       "FROM debian:12\nCOPY scripts/start.sh /usr/local/bin/\nRUN apt-get install -y "
+       "postgresql-15\n"},
+      {"p/./worker/scripts/start.sh",
+       "#!/bin/sh\nset -e\nexec su postgres -c '/usr/lib/postgresql/15/bin/pg_ctl "
+       "-D /d start'\n"},
+      {"p/./pdf/Dockerfile",
+       "FROM node:20-slim\nCOPY package*.json ./\nRUN npm ci --omit=dev\nCMD [\"node\", \"pdf.js\"]\n"},
+      {"p/./pdf/package.json",
+       "{\"dependencies\": {\"puppeteer\": \"^22.0.0\", \"express\": \"4\"},"
+       " \"devDependencies\": {\"@playwright/test\": \"1\"}}"},
+      {"p/./scraper/Dockerfile",
+       "FROM python:3.12\nRUN pip install playwright==1.44 \\\n && playwright install "
+       "--with-deps chromium\n"},
       {"p/./api/Dockerfile", "FROM node:20\nRUN npm ci\n"},
       {"p/./api/package.json", "{\"dependencies\": {\"pg\": \"8\", \"express\": \"4\"}}"},
       {"p/./api/run.sh", "#!/bin/sh\nnode wait-for-postgres.js && exec node server.js\n"},
-      {"p/./boot.sh", "#!/bin/bash\n/usr/lib/postgresql/15/bin/initdb -D /d\nexec /usr/lib/postgresql/15/bin/postgres -D /d\n"},
+      {"p/./boot.sh",
+       "#!/bin/bash\n/usr/lib/postgresql/15/bin/initdb -D /d\nexec /usr/lib/postgresql/15/bin/postgres -D /d\n"},
   });
   o.inspect_image = [](const std::string& image) -> std::optional<ComposeImageConfig> {
     if (image != "acme/db:3") return std::nullopt;
@@ -523,10 +566,12 @@ TEST(Compose, AnchorsOthersMergeAreNamedAliasesAreNotEdited) {
   Result<ComposeFix> fix = FixComposeText("c.yml", text, "");
   ASSERT_TRUE(fix.ok()) << fix.status().message();
   ASSERT_GE(fix->changes.size(), 1u);
-  EXPECT_NE(fix->changes[0].find("its anchor is merged by 'worker', 'twin', which get this shm_size too"), std::string::npos)
+  EXPECT_NE(fix->changes[0].find("its anchor is merged by 'worker', 'twin', which get this shm_size too"),
+            std::string::npos)
       << fix->changes[0];
   bool alias_said = false;
-  for (const std::string& s : fix->skipped) alias_said = alias_said || s.find("'other' is an alias") != std::string::npos;
+  for (const std::string& s : fix->skipped)
+    alias_said = alias_said || s.find("'other' is an alias") != std::string::npos;
   EXPECT_TRUE(alias_said);
   EXPECT_NE(fix->fixed.find("  scheduler: &automatic\n    shm_size: \"1gb\"\n"), std::string::npos);
   EXPECT_NE(fix->fixed.find("  twin: *automatic\n  other: *db\n"), std::string::npos);

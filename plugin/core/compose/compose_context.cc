@@ -87,8 +87,8 @@ std::string PackageName(std::string p) {
 // `playwright install` as "playwright-browsers".
 void AddInstalls(const std::vector<std::string>& cmd, std::vector<std::string>* pkgs, bool* npm_install,
                  std::vector<std::string>* requirement_files) {
-  static const std::set<std::string> kManagers = {"apt-get", "apt", "apk", "dnf", "yum", "microdnf", "zypper",
-                                                  "pip", "pip3", "npm", "yarn", "pnpm", "uv", "poetry"};
+  static const std::set<std::string> kManagers = {"apt-get", "apt",  "apk", "dnf",  "yum",  "microdnf", "zypper",
+                                                  "pip",     "pip3", "npm", "yarn", "pnpm", "uv",       "poetry"};
   size_t i = 0;
   while (i < cmd.size() && (cmd[i] == "sudo" || cmd[i].find('=') != std::string::npos)) ++i;
   if (i >= cmd.size()) return;
@@ -338,7 +338,8 @@ std::vector<std::string> ContextCandidates(const BuildInfo& b, const std::string
   if (!b.found) return out;
   std::string base = Base(path);
   for (const auto& [dest, src] : b.copies) {
-    if (dest == path || ((dest.ends_with("/") || dest == ".") && Base(src) == base)) out.push_back(Join(b.context, src));
+    if (dest == path || ((dest.ends_with("/") || dest == ".") && Base(src) == base))
+      out.push_back(Join(b.context, src));
     if (dest.ends_with("/") && path.starts_with(dest) && src.ends_with("/"))
       out.push_back(Join(b.context, src + path.substr(dest.size())));
   }

@@ -20,7 +20,8 @@ namespace {
 // The fix of one file in the making: what every planner reads and adds to.
 class FixPlan {
  public:
-  FixPlan(const Checked& c, const LoadedFile& lf, const std::string& size, ComposeFix* fix, std::set<std::string>* sized)
+  FixPlan(const Checked& c, const LoadedFile& lf, const std::string& size, ComposeFix* fix,
+          std::set<std::string>* sized)
       : c_(c), lf_(lf), size_(size), fix_(*fix), sized_(*sized) {
     bool crlf = false;
     lines_ = SplitLines(lf.text, &crlf);
@@ -115,10 +116,10 @@ class FixPlan {
     for (const auto& kv : services) {
       if (!kv.first.IsScalar() || kv.first.Scalar() == svc || !kv.second.IsMap()) continue;
       YAML::Node merge = kv.second["<<"];
-      bool merges = kv.second.is(mine) || (merge && (merge.is(mine) || (merge.IsSequence() && std::any_of(merge.begin(), merge.end(),
-                                                                                     [&](const YAML::Node& m) {
-                                                                                       return m.is(mine);
-                                                                                     }))));
+      bool merges = kv.second.is(mine) ||
+                    (merge && (merge.is(mine) ||
+                               (merge.IsSequence() && std::any_of(merge.begin(), merge.end(),
+                                                                  [&](const YAML::Node& m) { return m.is(mine); }))));
       auto other = c_.project.services.find(kv.first.Scalar());
       bool own = other != c_.project.services.end() && other->second.keys.count("shm_size") &&
                  !other->second.keys.at("shm_size").key.is(KeyNode(mine, "shm_size"));
@@ -371,7 +372,8 @@ Result<std::vector<ComposeFix>> PlanFixes(const Checked& c, const std::string& s
       }
     }
   }
-  for (size_t i = 0; i < files.size(); ++i) KeepWhatParses(plans[i]->lines(), plans[i]->edits(), plans[i]->eol(), &fixes[i]);
+  for (size_t i = 0; i < files.size(); ++i)
+    KeepWhatParses(plans[i]->lines(), plans[i]->edits(), plans[i]->eol(), &fixes[i]);
   return fixes;
 }
 

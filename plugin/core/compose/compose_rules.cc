@@ -191,7 +191,7 @@ WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* to
 // fraction of what the page asks for, so a size people run with is not flagged.
 int64_t FloorOf(const ShmWorkload& w) {
   std::string name = w.name;
-  if (name == "PostgreSQL") return 128 * kMiB;  // the official image's compose example
+  if (name == "PostgreSQL") return 128 * kMiB;     // the official image's compose example
   if (name == "Oracle Database") return 1 * kGiB;  // runOracle.sh refuses less
   if (name == "Chrome/Chromium" || name == "Firefox" || name == "Playwright" || name == "Puppeteer" || name == "Ray")
     return 512 * kMiB;
@@ -407,8 +407,7 @@ void CheckHostBinds(const Service& s, const std::vector<std::pair<std::string, Y
 bool IsPlainFloat(const YAML::Node& v) {
   if (v.Tag() != "?") return false;
   const std::string& t = v.Scalar();
-  return t.find('.') != std::string::npos &&
-         t.find_first_not_of("0123456789.+-eE_") == std::string::npos;
+  return t.find('.') != std::string::npos && t.find_first_not_of("0123456789.+-eE_") == std::string::npos;
 }
 
 // The service's shm_size `e`: a size compose accepts, and not too small for what it needs.
@@ -468,8 +467,7 @@ void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const s
   } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
              !ipc.starts_with("container:") && ipc != "host") {
     Add(r, FindingCode::kMissingShmSize, Severity::kWarning, s.name, s.pos,
-        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o),
-        "shm_size: \"" + suggest + "\"");
+        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o), "shm_size: \"" + suggest + "\"");
   }
 }
 

@@ -112,11 +112,20 @@ Result<int64_t> ParseComposeV1Size(const std::string& text) {
   if (!IsDigit(suffix)) {
     digits = s.substr(0, s.size() - 1);
     switch (suffix) {
-      case 'b': unit = 1; break;
-      case 'k': unit = kKi; break;
-      case 'm': unit = kKi * kKi; break;
-      case 'g': unit = kKi * kKi * kKi; break;
-      default: return bad;
+      case 'b':
+        unit = 1;
+        break;
+      case 'k':
+        unit = kKi;
+        break;
+      case 'm':
+        unit = kKi * kKi;
+        break;
+      case 'g':
+        unit = kKi * kKi * kKi;
+        break;
+      default:
+        return bad;
     }
   }
   double v = 0;
@@ -142,12 +151,23 @@ Result<int64_t> ParseComposeV2Size(const std::string& text) {
   if (sfx[0] == 'b') return sfx.size() == 1 ? ToBytes(v, text) : Result<int64_t>(bad);
   int64_t mul = 0;
   switch (sfx[0]) {
-    case 'k': mul = kKi; break;
-    case 'm': mul = kKi * kKi; break;
-    case 'g': mul = kKi * kKi * kKi; break;
-    case 't': mul = kKi * kKi * kKi * kKi; break;
-    case 'p': mul = kKi * kKi * kKi * kKi * kKi; break;
-    default: return bad;
+    case 'k':
+      mul = kKi;
+      break;
+    case 'm':
+      mul = kKi * kKi;
+      break;
+    case 'g':
+      mul = kKi * kKi * kKi;
+      break;
+    case 't':
+      mul = kKi * kKi * kKi * kKi;
+      break;
+    case 'p':
+      mul = kKi * kKi * kKi * kKi * kKi;
+      break;
+    default:
+      return bad;
   }
   if ((sfx.size() == 2 && sfx[1] != 'b') || (sfx.size() == 3 && sfx.substr(1) != "ib")) return bad;
   return ToBytes(v * static_cast<double>(mul), text);

@@ -70,8 +70,8 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        "https://github.com/SeleniumHQ/docker-selenium#--shm-size2g",
        {"image:selenium/node-firefox", "image:selenium/standalone-firefox", "image:selenium/node-firefox-debug",
         "image:selenium/standalone-firefox-debug", "image:seleniarm/node-firefox", "image:seleniarm/standalone-firefox",
-        "image:jlesage/firefox", "prog:firefox", "prog:firefox-esr", "cmd:geckodriver", "token:firefox",
-        "pkg:firefox", "pkg:firefox-esr"},
+        "image:jlesage/firefox", "prog:firefox", "prog:firefox-esr", "cmd:geckodriver", "token:firefox", "pkg:firefox",
+        "pkg:firefox-esr"},
        {"token:exporter"}},
       // Playwright's page asks for --ipc=host ("Chrome can run out of memory
       // without this flag"); shm_size gives the browsers the same room
@@ -115,24 +115,44 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
         "+env:postgres_db", "+port:5432", "+health:pg_isready", "-env:postgres_host", "-env:pghost",
         "-env:database_url", "-env:db_host"},
        // Clients and tools named after it, and clients run in its image.
-       {"token:exporter", "token:backup", "token:backups", "token:pgadmin", "token:admin", "token:meta",
-        "token:bouncer", "token:pgbouncer", "token:proxy", "token:client", "token:cli", "token:operator",
-        "token:migrate", "token:migrations", "token:migration", "token:init", "token:seed", "token:dump",
-        "token:restore", "token:tools", "token:ui", "token:web", "token:rest", "token:metrics",
-        "token:monitor", "token:sync", "client:psql", "client:pg_isready", "client:pg_dump", "client:pg_dumpall",
-        "client:pg_restore", "client:pgbench", "client:vacuumdb", "client:createdb"}},
+       {"token:exporter",    "token:backup",   "token:backups",     "token:pgadmin",    "token:admin",
+        "token:meta",        "token:bouncer",  "token:pgbouncer",   "token:proxy",      "token:client",
+        "token:cli",         "token:operator", "token:migrate",     "token:migrations", "token:migration",
+        "token:init",        "token:seed",     "token:dump",        "token:restore",    "token:tools",
+        "token:ui",          "token:web",      "token:rest",        "token:metrics",    "token:monitor",
+        "token:sync",        "client:psql",    "client:pg_isready", "client:pg_dump",   "client:pg_dumpall",
+        "client:pg_restore", "client:pgbench", "client:vacuumdb",   "client:createdb"}},
       // runOracle.sh: "A database XE container needs at least 1 GB of shared
       // memory (/dev/shm)"; Free/XE may use up to 2 GB of SGA+PGA.
       {"Oracle Database",
        2 * kGiB,
        "the instance does not start: \"ORA-00845: MEMORY_TARGET not supported on this system\"",
        "https://github.com/oracle/docker-images/tree/main/OracleDatabase/SingleInstance",
-       {"image:database/free", "image:database/express", "image:database/enterprise", "image:database/standard",
-        "image:oracle/database", "image:oracle-free", "image:oracle-xe", "image:oracle-xe-11g",
-        "image:oracle-xe-11g-r2", "prog:ora_pmon_*", "token:oracle+db", "token:oracle+database",
-        "token:oracle+xe", "token:oracle+free", "token:oracle+ee", "token:oracle+19c", "token:oracle+21c",
-        "token:oracle+23ai", "token:oracledb", "token:oracle-db", "token:oradb", "env:oracle_pwd", "env:oracle_sid",
-        "mount:/opt/oracle/oradata", "mount:/u01/app/oracle/oradata"},
+       {"image:database/free",
+        "image:database/express",
+        "image:database/enterprise",
+        "image:database/standard",
+        "image:oracle/database",
+        "image:oracle-free",
+        "image:oracle-xe",
+        "image:oracle-xe-11g",
+        "image:oracle-xe-11g-r2",
+        "prog:ora_pmon_*",
+        "token:oracle+db",
+        "token:oracle+database",
+        "token:oracle+xe",
+        "token:oracle+free",
+        "token:oracle+ee",
+        "token:oracle+19c",
+        "token:oracle+21c",
+        "token:oracle+23ai",
+        "token:oracledb",
+        "token:oracle-db",
+        "token:oradb",
+        "env:oracle_pwd",
+        "env:oracle_sid",
+        "mount:/opt/oracle/oradata",
+        "mount:/u01/app/oracle/oradata"},
        {"token:exporter", "token:client", "token:instantclient", "client:sqlplus"}},
       // ---- MPI -------------------------------------------------------------
       // The sm (vader) transport backs every local rank pair with files in
@@ -288,7 +308,9 @@ bool Matches(const std::string& pattern, const WorkloadSignals& s) {
   size_t colon = pattern.find(':');
   std::string kind = pattern.substr(0, colon), value = pattern.substr(colon + 1);
   if (kind == "image" || kind == "token") {
-    auto one = [&](const std::string& image) { return kind == "image" ? ImageIs(image, value) : HasTokens(image, value); };
+    auto one = [&](const std::string& image) {
+      return kind == "image" ? ImageIs(image, value) : HasTokens(image, value);
+    };
     return one(s.image) || std::any_of(s.base_images.begin(), s.base_images.end(), one);
   }
   if (kind == "prog") return AnyOf(s.programs, value);
@@ -312,9 +334,8 @@ bool Matches(const std::string& pattern, const WorkloadSignals& s) {
 // client:NAME of row `w`: NAME runs, and none of the row's programs does.
 bool IsClientOnly(const ShmWorkload& w, const std::string& name, const WorkloadSignals& s) {
   if (!AnyOf(s.programs, name)) return false;
-  return std::none_of(w.evidence.begin(), w.evidence.end(), [&](const char* p) {
-    return std::string(p).starts_with("prog:") && Matches(p, s);
-  });
+  return std::none_of(w.evidence.begin(), w.evidence.end(),
+                      [&](const char* p) { return std::string(p).starts_with("prog:") && Matches(p, s); });
 }
 
 }  // namespace
@@ -389,9 +410,9 @@ bool IsOperator(const std::string& w) {
 
 // Shell words that start a command's place again: keywords and grouping.
 bool IsKeyword(const std::string& w) {
-  static const std::set<std::string> kKeywords = {"if",   "then", "else", "elif", "fi", "do",   "done", "while",
-                                                  "until", "!",   "{",    "}",    "(",  ")",    "time", "case",
-                                                  "esac", "for",  "in"};
+  static const std::set<std::string> kKeywords = {"if",    "then",  "else", "elif", "fi", "do", "done",
+                                                  "while", "until", "!",    "{",    "}",  "(",  ")",
+                                                  "time",  "case",  "esac", "for",  "in"};
   return kKeywords.count(w) > 0;
 }
 
@@ -411,9 +432,9 @@ void AddProgramOf(const std::vector<std::string>& argv, WorkloadSignals* s, int 
       ++i;
       continue;
     }
-    if (prog == "exec" || prog == "nohup" || prog == "time" || prog == "command" || prog == "sudo" ||
-        prog == "tini" || prog == "dumb-init" || prog == "catatonit" || prog == "env" || prog == "nice" ||
-        prog == "ionice" || prog == "stdbuf" || prog == "setsid" || prog == "xvfb-run" || prog == "--") {
+    if (prog == "exec" || prog == "nohup" || prog == "time" || prog == "command" || prog == "sudo" || prog == "tini" ||
+        prog == "dumb-init" || prog == "catatonit" || prog == "env" || prog == "nice" || prog == "ionice" ||
+        prog == "stdbuf" || prog == "setsid" || prog == "xvfb-run" || prog == "--") {
       ++i;  // the wrapper's own -flags follow, then the program
       while (i < argv.size() && argv[i].starts_with("-") && argv[i] != "--") ++i;
       if (i < argv.size() && argv[i] == "--") ++i;
@@ -438,8 +459,8 @@ void AddProgramOf(const std::vector<std::string>& argv, WorkloadSignals* s, int 
       }
       if (i + 1 < argv.size() && !argv[i + 1].starts_with("-") && IsShell(prog) && prog != "busybox")
         s->programs.push_back(LowerBase(argv[i + 1]));  // sh /start.sh
-    } else if (prog.find("entrypoint") != std::string::npos && i + 1 < argv.size() &&
-               !argv[i + 1].starts_with("-") && depth < kMaxShellDepth) {
+    } else if (prog.find("entrypoint") != std::string::npos && i + 1 < argv.size() && !argv[i + 1].starts_with("-") &&
+               depth < kMaxShellDepth) {
       // docker-entrypoint.sh postgres -c ...: the script execs its arguments.
       AddProgramOf(std::vector<std::string>(argv.begin() + static_cast<long>(i) + 1, argv.end()), s, depth + 1);
     }
@@ -507,7 +528,8 @@ std::vector<std::string> ShellWords(const std::string& text, bool operators) {
     } else if (c == '"') {
       ++i;
       while (i < text.size() && text[i] != '"') {
-        if (text[i] == '\\' && i + 1 < text.size() && std::string_view("\"\\$`\n").find(text[i + 1]) != std::string::npos)
+        if (text[i] == '\\' && i + 1 < text.size() &&
+            std::string_view("\"\\$`\n").find(text[i + 1]) != std::string::npos)
           ++i;
         cur += text[i++];
       }
