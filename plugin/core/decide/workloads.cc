@@ -115,13 +115,14 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
         "+env:postgres_db", "+port:5432", "+health:pg_isready", "-env:postgres_host", "-env:pghost",
         "-env:database_url", "-env:db_host"},
        // Clients and tools named after it, and clients run in its image.
-       {"token:exporter",    "token:backup",   "token:backups",     "token:pgadmin",    "token:admin",
-        "token:meta",        "token:bouncer",  "token:pgbouncer",   "token:proxy",      "token:client",
-        "token:cli",         "token:operator", "token:migrate",     "token:migrations", "token:migration",
-        "token:init",        "token:seed",     "token:dump",        "token:restore",    "token:tools",
-        "token:ui",          "token:web",      "token:rest",        "token:metrics",    "token:monitor",
-        "token:sync",        "client:psql",    "client:pg_isready", "client:pg_dump",   "client:pg_dumpall",
-        "client:pg_restore", "client:pgbench", "client:vacuumdb",   "client:createdb"}},
+       {"token:exporter",   "token:backup",      "token:backups",   "token:pgadmin",     "token:admin",
+        "token:meta",       "token:bouncer",     "token:pgbouncer", "token:proxy",       "token:client",
+        "token:cli",        "token:operator",    "token:migrate",   "token:migrations",  "token:migration",
+        "token:init",       "token:seed",        "token:dump",      "token:restore",     "token:tools",
+        "token:ui",         "token:web",         "token:rest",      "token:metrics",     "token:monitor",
+        "token:pgbackrest", "token:backrest",    "token:barman",    "token:walg",        "token:sync",
+        "client:psql",      "client:pg_isready", "client:pg_dump",  "client:pg_dumpall", "client:pg_restore",
+        "client:pgbench",   "client:vacuumdb",   "client:createdb"}},
       // runOracle.sh: "A database XE container needs at least 1 GB of shared
       // memory (/dev/shm)"; Free/XE may use up to 2 GB of SGA+PGA.
       {"Oracle Database",
