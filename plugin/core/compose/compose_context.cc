@@ -134,10 +134,10 @@ Result<std::string> ReadSide(const ComposeCheckOptions& o, const std::string& pa
 
 // package.json's dependencies (not devDependencies: a production image
 // leaves them out, and a test image runs them by a command seen elsewhere).
-void AddPackageJson(const std::string& text, std::vector<std::string>* pkgs) {
+void AddPackageJson(const std::string& text, std::vector<std::string>* pkgs, const char* key = "dependencies") {
   Json j = Json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("dependencies") || !j["dependencies"].is_object()) return;
-  for (const auto& [name, v] : j["dependencies"].items()) pkgs->push_back(PackageName(name));
+  if (!j.is_object() || !j.contains(key) || !j[key].is_object()) return;
+  for (const auto& [name, v] : j[key].items()) pkgs->push_back(PackageName(name));
 }
 
 void AddRequirements(const std::string& text, std::vector<std::string>* pkgs) {
@@ -294,9 +294,9 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
       cmd.clear();
     }
   }
-  if (npm_install) {
-    if (Result<std::string> pj = ReadSide(o, Join(info.context, "package.json")); pj.ok())
-      AddPackageJson(*pj, &sig->packages);
+  if (Result<std::string> pj = ReadSide(o, Join(info.context, "package.json")); pj.ok()) {
+    if (npm_install) AddPackageJson(*pj, &sig->packages);
+    AddPackageJson(*pj, &info.dev_packages, "devDependencies");
   }
   for (size_t i = 0; i < requirement_files.size() && i < kMaxScripts; ++i) {
     Result<std::string> req = ReadSide(o, Join(info.context, requirement_files[i]));
@@ -354,6 +354,32 @@ bool LooksLikeScript(const std::string& w) {
 }
 
 }  // namespace
+
+void AddTestPackages(const Service& s, const BuildInfo& build, const ComposeCheckOptions& o, WorkloadSignals* sig) {
+  static const std::set<std::string> kRunners = {"npm", "yarn", "pnpm", "npx", "bunx", "bun"};
+  if (!o.read_side_files ||
+      std::none_of(sig->programs.begin(), sig->programs.end(), [](const std::string& p) { return kRunners.count(p); }))
+    return;
+  // Tests, not `npm run dev`: a project's devDependencies hold its test tools.
+  bool tests = std::any_of(sig->words.begin(), sig->words.end(), [](const std::string& w) {
+    return w.find("test") != std::string::npos || w.find("e2e") != std::string::npos ||
+           w.find("cypress") != std::string::npos || w.find("playwright") != std::string::npos;
+  });
+  if (!tests) return;
+  std::vector<std::string> dev = build.dev_packages;
+  // node:20 with the project mounted as its working directory.
+  auto wd = s.keys.find("working_dir");
+  if (wd != s.keys.end() && wd->second.value.IsScalar()) {
+    std::string host = MountedFrom(s, wd->second.value.Scalar() + "/package.json");
+    if (!host.empty()) {
+      if (Result<std::string> pj = ReadSide(o, host); pj.ok()) {
+        AddPackageJson(*pj, &dev, "devDependencies");
+        AddPackageJson(*pj, &dev);
+      }
+    }
+  }
+  sig->packages.insert(sig->packages.end(), dev.begin(), dev.end());
+}
 
 void AddScripts(const Service& s, const BuildInfo& build, const std::vector<std::string>& argv,
                 const ComposeCheckOptions& o, WorkloadSignals* sig) {

@@ -17,11 +17,12 @@ namespace shmkeeper::compose {
 
 // What the image of a service's build is made of.
 struct BuildInfo {
-  bool found = false;                   // a Dockerfile was read
-  bool torch_tests = false;             // it runs PyTorch tests (torch and pytest/unittest in it)
-  std::string context;                  // the build context directory
-  std::vector<std::string> entrypoint;  // the final stage's ENTRYPOINT (argv), if any
-  std::vector<std::string> cmd;         // and CMD
+  bool found = false;                     // a Dockerfile was read
+  bool torch_tests = false;               // it runs PyTorch tests (torch and pytest/unittest in it)
+  std::string context;                    // the build context directory
+  std::vector<std::string> entrypoint;    // the final stage's ENTRYPOINT (argv), if any
+  std::vector<std::string> cmd;           // and CMD
+  std::vector<std::string> dev_packages;  // the context's package.json devDependencies
   // Dockerfile COPY/ADD: container path (or directory, ending in '/') -> context path.
   std::vector<std::pair<std::string, std::string>> copies;
 };
@@ -35,6 +36,12 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
 // path, else the build context (through its COPY lines, else by name).
 void AddScripts(const Service& s, const BuildInfo& build, const std::vector<std::string>& argv,
                 const ComposeCheckOptions& o, WorkloadSignals* sig);
+
+// A service that runs npm/yarn/pnpm/npx: the devDependencies of its
+// build's package.json, or of the package.json in its working_dir when a
+// volume mounts it, count as packages (a test runner runs them: Playwright,
+// Puppeteer, Cypress in `npm run test:e2e`).
+void AddTestPackages(const Service& s, const BuildInfo& build, const ComposeCheckOptions& o, WorkloadSignals* sig);
 
 // The argv of a compose command/entrypoint value (a list, or a string split
 // as compose splits it); `env` interpolates it.

@@ -166,6 +166,7 @@ WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* to
   argv.insert(argv.end(), cmd.begin(), cmd.end());
   AddArgv(argv, &sig);
   AddScripts(s, build, argv, o, &sig);
+  AddTestPackages(s, build, o, &sig);
   if (!entry.empty() && !cmd.empty()) AddScripts(s, build, cmd, o, &sig);
   if (auto env = s.keys.find("environment"); env != s.keys.end()) AddEnvKeys(env->second.value, &sig);
   if (config) {
