@@ -596,3 +596,33 @@ TEST(Compose, MessagesSayWhatTheNodesDefaultRuntimeGives) {
 
 }  // namespace
 }  // namespace shmkeeper
+
+namespace shmkeeper {
+namespace {
+
+// A later file's value never shows through an earlier file's tree (yaml-cpp's
+// Node::operator= rebinds a held node): each finding names its own file's line.
+TEST(Compose, FindingsPointAtTheirOwnFilesLine) {
+  ComposeCheckOptions o;
+  o.files = {"p/docker-compose.yml", "p/docker-compose.override.yml"};
+  std::map<std::string, std::string> files = {
+      {"p/docker-compose.yml",
+       "services:\n  pg:\n    image: postgres:16\n    environment:\n      A: b\n    volumes:\n"
+       "      - /dev/shm:/dev/shm\n"},
+      {"p/docker-compose.override.yml", "services:\n  pg:\n    volumes:\n      - /dev/shm:/dev/shm\n"},
+  };
+  o.read_file = [files](const std::string& path, size_t) -> Result<std::string> {
+    auto it = files.find(path);
+    if (it == files.end()) return Status::NotFound(path);
+    return it->second;
+  };
+  Result<ComposeReport> r = CheckCompose(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::vector<std::string> where;
+  for (const ComposeFinding& f : r->findings) where.push_back(f.pos.ToString() + " " + FindingCodeName(f.code));
+  EXPECT_EQ(where, (std::vector<std::string>{"p/docker-compose.override.yml:4:9 host-shm-bind",
+                                             "p/docker-compose.yml:7:9 host-shm-bind"}));
+}
+
+}  // namespace
+}  // namespace shmkeeper
