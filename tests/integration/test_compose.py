@@ -27,7 +27,8 @@ def compose_bin():
 
 
 def check(bins, cwd, *args):
-    return run([bins.CLI, "compose", "check", *args], cwd=cwd, check=False)
+    # --no-engine: the corpus is judged from its files alone, whatever images the machine holds.
+    return run([bins.CLI, "compose", "check", "--no-engine", *args], cwd=cwd, check=False)
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[p.name for p in CORPUS])
@@ -39,6 +40,9 @@ def test_check_finds_what_is_expected(bins, case):
     assert sorted(f["code"] for f in report["findings"]) == expected["codes"]
     for f in report["findings"]:
         assert f["line"] > 0 and f["column"] > 0 and f["file"].endswith(".yml")
+        # The finding's line is in the file it names.
+        text = (case / f["file"]).read_text().splitlines()
+        assert f["line"] <= len(text), f
     # The suggested size of every service that needs one, and the workload it was recognised as.
     assert {svc: s["shm_size"] for svc, s in report["suggestions"].items()} == expected["sizes"]
     for svc, why in expected["why"].items():
@@ -50,21 +54,36 @@ def test_fix_is_surgical_and_accepted_by_docker_compose(bins, compose_bin, case,
     expected = json.loads((case / "expected.json").read_text())
     work = tmp_path / case.name
     shutil.copytree(case, work)
-    target = work / "docker-compose.yml"
-    before = target.read_bytes()
-    diff = run([bins.CLI, "compose", "fix"], cwd=work, check=False)
-    assert diff.returncode == 0, diff.stderr
-    assert target.read_bytes() == before  # without --write nothing is written
-    p = run([bins.CLI, "compose", "fix", "--write"], cwd=work, check=False)
-    assert p.returncode == 0, p.stderr
-    after = target.read_bytes()
+    files = sorted(work.glob("*.yml"))
+    before = {f: f.read_bytes() for f in files}
+    fix = [bins.CLI, "compose", "fix", "--no-engine"]
+    # A finding fix cannot make is named ("not fixed: ...") and the exit is 1.
+    not_fixed = expected.get("not_fixed", 0)
+    diff = run(fix, cwd=work, check=False)
+    assert diff.returncode == (1 if not_fixed else 0), diff.stderr
+    assert [ln.startswith("not fixed: ") for ln in diff.stderr.splitlines()].count(True) == not_fixed, diff.stderr
+    assert {f: f.read_bytes() for f in files} == before  # without --write nothing is written
+    p = run(fix + ["--write"], cwd=work, check=False)
+    assert p.returncode == (1 if not_fixed else 0), p.stderr
+    assert [ln.startswith("not fixed: ") for ln in p.stderr.splitlines()].count(True) == not_fixed, p.stderr
+    after = {f: f.read_bytes() for f in files}
     if not expected["codes"]:
         assert after == before
-    # Only the fixed lines differ; every other byte, comments and anchors included, is kept.
-    # Lines may go only with a host /dev/shm bind (its volumes entry) or an ipc: host.
-    changed = [line for line in difflib.unified_diff(before.decode().splitlines(True), after.decode().splitlines(True), n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert all("shm" in line or REMOVABLE.match(line) for line in changed), changed
+    # Every file a finding came from is edited (override and extends files too).
+    report = json.loads(check(bins, case, "-o", "json").stdout)
+    for f in expected.get("edited", []):
+        assert after[work / f] != before[work / f], f
+    for f in files:
+        if after[f] != before[f]:
+            assert f.name in diff.stdout  # the diff showed it
+        # Only the fixed lines differ; every other byte, comments and anchors included, is kept.
+        # Lines may go only with a host /dev/shm bind (its volumes entry) or an ipc: host.
+        changed = [line for line in difflib.unified_diff(before[f].decode().splitlines(True),
+                                                         after[f].decode().splitlines(True), n=0)
+                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        assert all("shm" in line or REMOVABLE.match(line) for line in changed), changed
+        if b"\r\n" in before[f]:
+            assert after[f].count(b"\n") == after[f].count(b"\r\n")  # CRLF kept
     if diff.stdout:
         assert diff.stdout.startswith("--- a/")
     if expected["fix_makes_config_valid"]:
@@ -74,17 +93,14 @@ def test_fix_is_surgical_and_accepted_by_docker_compose(bins, compose_bin, case,
         assert [f for f in again["findings"] if f["severity"] == "error" or f["code"] in SIZED_BY_FIX] == []
         # docker-compose itself reads the suggested size where the fix wrote one.
         config = yaml.safe_load(cfg.stdout)
-        for svc in {f["service"] for f in json.loads(check(bins, case, "-o", "json").stdout)["findings"]
-                    if f["code"] in SIZED_BY_FIX}:
+        for svc in {f["service"] for f in report["findings"] if f["code"] in SIZED_BY_FIX}:
             assert config["services"][svc]["shm_size"] == expected["sizes"][svc], svc
-    if b"\r\n" in before:
-        assert after.count(b"\n") == after.count(b"\r\n")  # CRLF kept
 
 
 def test_typo_fix_keeps_the_value(bins, tmp_path):
     work = tmp_path / "w"
     shutil.copytree(CORPUS[0], work)
-    run([bins.CLI, "compose", "fix", "--write"], cwd=work)
+    run([bins.CLI, "compose", "fix", "--no-engine", "--write"], cwd=work)
     assert "    shm_size: 10.24gb\n" in (work / "docker-compose.yml").read_text()
 
 
@@ -124,3 +140,28 @@ def test_usage_errors_exit_2(bins, tmp_path):
     assert p.returncode == 2 and '--size "lots"' in p.stderr
     p = run([bins.CLI, "compose", "check", str(tmp_path / "nope.yml")], check=False)
     assert p.returncode == 2 and "nope.yml" in p.stderr
+
+
+# Sizes docker-compose 1.29 hands to docker-py's parse_bytes (what `up` does
+# with shm_size), and what compose v2 (go-units RAMInBytes) alone accepts.
+V1_SIZES = ["2gb", "2 GB", "2 g", "512M", "1024", "10.24gb", ".5g", "1.g", "1e3m", "+2g", " 2g", "2  g", "1_000m",
+            "2bb", "2kb", "100 b", "2GiB", "2tb", "1t", "2g ", "-1g", "g", "gb", "lots", "2Gi", "inf", "nan", "0x10",
+            "1e", "1.2.3g", "2 gigabytes"]
+
+
+def test_sizes_as_docker_compose_v1_parses_them(bins, tmp_path):
+    """Each size through `compose check` and through docker-py's own
+    parse_bytes (the code docker-compose 1.29 runs): invalid-size exactly
+    where both compose grammars refuse it (v2's own additions: GiB, t, p)."""
+    utils = pytest.importorskip("docker.utils")
+    v2_only = {"2GiB", "2tb", "1t"}
+    for size in V1_SIZES:
+        try:
+            v1_ok = utils.parse_bytes(size) >= 0
+        except Exception:  # noqa: BLE001 - docker-py raises DockerException, ValueError, OverflowError
+            v1_ok = False
+        (tmp_path / "docker-compose.yml").write_text(
+            f"services:\n  db:\n    image: postgres:16\n    shm_size: {json.dumps(size)}\n")
+        report = json.loads(check(bins, tmp_path, "-o", "json").stdout)
+        invalid = any(f["code"] == "invalid-size" for f in report["findings"])
+        assert invalid == (not v1_ok and size not in v2_only), (size, v1_ok, report["findings"])

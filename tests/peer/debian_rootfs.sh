@@ -4,10 +4,15 @@
 # outside the repository, keyed by the package list, so reruns are instant
 # and a fresh machine builds it from scratch (about 3-6 minutes).
 #   tests/peer/debian_rootfs.sh            -> /var/cache/shmkeeper-tests/bookworm-<key>.tar
+#   tests/peer/debian_rootfs.sh PKG,PKG... -> the same for another package list
+#     (e.g. postgresql-15; the default list's key, and so its cached tarball, is unchanged)
 # Variables: SHMKEEPER_TEST_CACHE (the cache directory), DEBIAN_MIRROR
 # (default: the first URI of the machine's apt sources).
 set -euo pipefail
-packages=python3,libpython3.11-testsuite,python3-numpy,python3-pytest,python3-hypothesis
+packages=${1:-python3,libpython3.11-testsuite,python3-numpy,python3-pytest,python3-hypothesis}
+case $packages in
+  *[!a-z0-9.+,-]*) echo "debian_rootfs.sh: bad package list '$packages'" >&2; exit 2 ;;
+esac
 suite=bookworm
 cache=${SHMKEEPER_TEST_CACHE:-/var/cache/shmkeeper-tests}
 key=$(printf '%s %s v1' "$suite" "$packages" | sha256sum | cut -c1-16)

@@ -1,7 +1,6 @@
 // The public entry points of compose.h: the check and the fix, errors made one line.
 #include "compose/compose.h"
 
-#include "base/bytes.h"
 #include "base/fileutil.h"
 #include "compose/compose_fix.h"
 #include "compose/compose_rules.h"
@@ -33,13 +32,28 @@ Result<ComposeReport> CheckCompose(const ComposeCheckOptions& options) {
   return c->report;
 }
 
+namespace {
+
+Status CheckSizeFlag(const std::string& size) {
+  if (size.empty()) return Status::Ok();
+  if (Result<int64_t> b = ParseComposeSize(size); !b.ok() || *b < (1 << 20)) {
+    return Status::Invalid("--size \"" + size + "\" is not a size docker-compose accepts (like 2gb, 512m)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<ComposeFix>> PlanComposeFixes(const ComposeCheckOptions& options, const std::string& size) {
+  SHMK_RETURN_IF_ERROR(CheckSizeFlag(size));
+  Result<compose::Checked> checked = compose::ReadAndCheck(options);
+  if (!checked.ok()) return OneLine(checked.status());
+  return compose::PlanFixes(*checked, size);
+}
+
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file,
                                   const std::string& size) {
-  if (!size.empty()) {
-    if (!IsComposeSize(size) || !ParseSize(size).ok()) {
-      return Status::Invalid("--size \"" + size + "\" is not a size docker-compose accepts (like 2gb, 512m)");
-    }
-  }
+  SHMK_RETURN_IF_ERROR(CheckSizeFlag(size));
   Result<compose::Checked> checked = compose::ReadAndCheck(options);
   if (!checked.ok()) return OneLine(checked.status());
   return compose::PlanFix(*checked, file, size);

@@ -60,6 +60,16 @@ using ComposeFileReader = std::function<Result<std::string>(const std::string& p
 // The reader of the disk (ReadFile).
 Result<std::string> ReadComposeFileFromDisk(const std::string& path, size_t max_bytes);
 
+// What `docker image inspect` shows of an image's config (all untrusted).
+struct ComposeImageConfig {
+  std::vector<std::string> entrypoint, cmd;
+  std::vector<std::string> env;  // KEY=value
+  std::map<std::string, std::string> labels;
+};
+
+// The config of an image present on the node, or nothing (absent, no engine).
+using ComposeImageInspector = std::function<std::optional<ComposeImageConfig>(const std::string& image)>;
+
 struct ComposeCheckOptions {
   std::vector<std::string> files;  // empty: the defaults in `dir`
   std::string dir = ".";
@@ -74,6 +84,14 @@ struct ComposeCheckOptions {
   // Whether the project's .env and the services' build Dockerfiles are read
   // at all (FixComposeText: no; it sees only the text it is given).
   bool read_side_files = true;
+  // The project name given with -p ("" : COMPOSE_PROJECT_NAME of env or .env,
+  // then the top-level name:, then the project directory's name, as compose).
+  std::string project_name;
+  // Images present on the node (empty: none is looked at).
+  ComposeImageInspector inspect_image;
+  // The node's default container runtime as the engine reports it ("" when
+  // unknown): messages say what a service without shm_size gets there.
+  std::string default_runtime;
 };
 
 struct ComposeReport {
@@ -118,13 +136,36 @@ struct ComposeFix {
 // written here.
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
 
+// The fixes of every file the check read and a finding came from: the
+// compose files (override files included) and the files `extends` read, one
+// ComposeFix per file read, in that order (unchanged ones included). A fix
+// that would land in an anchor other services merge says so in `changes`;
+// one that cannot be made is in `skipped`.
+Result<std::vector<ComposeFix>> PlanComposeFixes(const ComposeCheckOptions& options, const std::string& size);
+
 // Check and fix of one in-memory file named `name`, with no filesystem access:
 // `extends` of another file fails ("not found"), no .env and no Dockerfile is
 // read. For fuzzing and tests.
 Result<ComposeFix> FixComposeText(const std::string& name, const std::string& text, const std::string& size);
 
-// Whether `text` is a size docker-compose accepts for shm_size (digits with
-// an optional fraction and b/k/m/g unit, optional trailing b).
+// shm_size as compose v1 reads a string (docker-compose 1.29 -> docker-py's
+// parse_bytes): Python float() text (surrounding whitespace, '_' between
+// digits, fraction, exponent) then one unit b/k/m/g of any case, a trailing
+// "b" after a unit letter dropped ("2 GB", "1.5gB", "1e3m", "1024"). Binary
+// units, truncated to whole bytes. Negative, inf, nan, non-ASCII: refused.
+Result<int64_t> ParseComposeV1Size(const std::string& text);
+
+// shm_size as compose v2 reads a string (compose-go -> go-units v0.5.0
+// RAMInBytes): a Go float (no spaces, no '_') ending at the last digit, '.'
+// or single space, then "", b, or k/m/g/t/p optionally followed by "b" or
+// "ib", any case ("2 GB", "2GiB", "1.5t"). Binary units, truncated.
+Result<int64_t> ParseComposeV2Size(const std::string& text);
+
+// The bytes of a size either grammar accepts (v1's reading first; where both
+// accept they agree); kInvalidArgument otherwise.
+Result<int64_t> ParseComposeSize(const std::string& text);
+
+// Whether `text` is a size docker-compose (v1 or v2) accepts for shm_size.
 bool IsComposeSize(const std::string& text);
 
 // ${VAR}, ${VAR:-default}, ${VAR-default}, $VAR and $$ in `text`.

@@ -3,6 +3,9 @@
 // edits whose result still parses.
 #include "compose/compose_fix.h"
 
+#include <algorithm>
+#include <map>
+#include <memory>
 #include <set>
 
 #include "base/bytes.h"
@@ -17,8 +20,9 @@ namespace {
 // The fix of one file in the making: what every planner reads and adds to.
 class FixPlan {
  public:
-  FixPlan(const Checked& c, const LoadedFile& lf, const std::string& size, ComposeFix* fix)
-      : c_(c), size_(size), fix_(*fix) {
+  FixPlan(const Checked& c, const LoadedFile& lf, const std::string& size, ComposeFix* fix,
+          std::set<std::string>* sized)
+      : c_(c), lf_(lf), size_(size), fix_(*fix), sized_(*sized) {
     bool crlf = false;
     lines_ = SplitLines(lf.text, &crlf);
     eol_ = crlf ? "\r\n" : "\n";
@@ -33,7 +37,11 @@ class FixPlan {
   // The group of the next change: the index it gets in fix.changes.
   size_t group() const { return fix_.changes.size(); }
   void Change(std::string what) { fix_.changes.push_back(std::move(what)); }
-  void Skip(std::string why) { fix_.skipped.push_back(std::move(why)); }
+  void Skip(std::string why) {
+    // Services that merge one anchor share its findings: said once.
+    if (std::find(fix_.skipped.begin(), fix_.skipped.end(), why) == fix_.skipped.end())
+      fix_.skipped.push_back(std::move(why));
+  }
 
   // The 0-based line `li` of the file, or null when it has none.
   const std::string* Line(int li) const {
@@ -66,25 +74,83 @@ class FixPlan {
   }
 
   // shm_size for a service that loses its host bind or ipc: host (none when it has one).
-  bool AddShmSize(const std::string& svc, size_t group) {
+  bool AddShmSize(const std::string& svc, size_t group, std::string* note) {
     auto it = c_.project.services.find(svc);
     if (sized(svc) || (it != c_.project.services.end() && it->second.keys.count("shm_size"))) return true;
     int at = 0;
     std::string indent;
-    if (!InsertPoint(ServiceNode(svc), &at, &indent)) return false;
+    if (IsAlias(svc) || !InsertPoint(ServiceNode(svc), &at, &indent)) return false;
     edits_.push_back({at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(SizeFor(svc)) + eol_, group});
+    *note = MergedBy(svc);
     MarkSized(svc);
+    for (const std::string& m : Mergers(svc)) MarkSized(m);
+    return true;
+  }
+
+  // Whether service `svc` is written here as an alias (`svc: *anchor`): a key
+  // added to it would go into the anchor, which others may share.
+  bool IsAlias(const std::string& svc) const {
+    YAML::Node services = lf_.root["services"];
+    if (!services || !services.IsMap()) return false;
+    for (const auto& kv : services) {
+      if (kv.first.IsScalar() && kv.first.Scalar() == svc && kv.second.IsMap() && !kv.second.Mark().is_null())
+        return kv.second.Mark().line < kv.first.Mark().line;  // the anchor's own place, above
+    }
+    return false;
+  }
+
+  // The services of this file that merge service `svc`'s mapping (its anchor)
+  // or are aliases of it, and set no shm_size of their own: a key added to `svc` reaches them too.
+  // Said as " (also ...)", or "" when none.
+  std::string MergedBy(const std::string& svc) const {
+    std::string names;
+    for (const std::string& n : Mergers(svc)) names += (names.empty() ? "'" : ", '") + n + "'";
+    if (names.empty()) return "";
+    return " (its anchor is merged by " + names + ", which get this shm_size too)";
+  }
+
+  std::vector<std::string> Mergers(const std::string& svc) const {
+    std::vector<std::string> out;
+    YAML::Node mine = ServiceNode(svc), services = lf_.root["services"];
+    if (!mine || !services || !services.IsMap()) return out;
+    for (const auto& kv : services) {
+      if (!kv.first.IsScalar() || kv.first.Scalar() == svc || !kv.second.IsMap()) continue;
+      YAML::Node merge = kv.second["<<"];
+      bool merges = kv.second.is(mine) ||
+                    (merge && (merge.is(mine) ||
+                               (merge.IsSequence() && std::any_of(merge.begin(), merge.end(),
+                                                                  [&](const YAML::Node& m) { return m.is(mine); }))));
+      auto other = c_.project.services.find(kv.first.Scalar());
+      bool own = other != c_.project.services.end() && other->second.keys.count("shm_size") &&
+                 !other->second.keys.at("shm_size").key.is(KeyNode(mine, "shm_size"));
+      if (merges && !own) out.push_back(kv.first.Scalar());
+    }
+    return out;
+  }
+
+  // Whether the edit at `line`:`col` was planned already (an anchor that
+  // several services merge gives each of them the same finding): then the
+  // service joins that change's line.
+  bool Joined(int line, int col, const std::string& svc) {
+    auto it = done_.find({line, col});
+    if (it == done_.end()) {
+      done_[{line, col}] = group();
+      return false;
+    }
+    fix_.changes[it->second] += "; the same line serves '" + svc + "'";
     return true;
   }
 
  private:
   const Checked& c_;
+  const LoadedFile& lf_;
   const std::string& size_;
   ComposeFix& fix_;
+  std::set<std::string>& sized_;  // shared by the plans of every file
   std::vector<std::string> lines_;
   std::string eol_;
   std::vector<Edit> edits_;
-  std::set<std::string> sized_;
+  std::map<std::pair<int, int>, size_t> done_;  // position -> its change
 };
 
 // The finding's position as 0-based line and column.
@@ -94,6 +160,7 @@ int ColumnOf(const ComposeFinding& f) { return f.pos.column - 1; }
 // misspelled-key: the key's own text (plain up to the ':', or a quoted scalar) becomes shm_size.
 void PlanRename(const ComposeFinding& f, const std::string& line, FixPlan* p) {
   int li = LineOf(f), col = ColumnOf(f);
+  if (p->Joined(li, col, f.service)) return p->MarkSized(f.service);
   size_t colon = line.find(':', static_cast<size_t>(col));
   char q = line[static_cast<size_t>(col)];
   int len = q == '"' || q == '\'' ? ScalarLength(line, col)
@@ -109,6 +176,7 @@ void PlanRename(const ComposeFinding& f, const std::string& line, FixPlan* p) {
 
 // invalid-size, size-too-small: the value is replaced by the service's size.
 void PlanResize(const ComposeFinding& f, const std::string& line, FixPlan* p) {
+  if (p->Joined(LineOf(f), ColumnOf(f), f.service)) return;
   int len = ScalarLength(line, ColumnOf(f));
   if (len == 0) return p->Skip(f.pos.ToString() + ": " + f.message);
   p->edits().push_back({LineOf(f), Edit::kReplace, ColumnOf(f), len, Quote(p->SizeFor(f.service)), p->group()});
@@ -119,6 +187,11 @@ void PlanResize(const ComposeFinding& f, const std::string& line, FixPlan* p) {
 void PlanAddShmSize(const ComposeFinding& f, FixPlan* p) {
   int at = 0;
   std::string indent;
+  if (p->IsAlias(f.service)) {
+    return p->Skip(f.pos.ToString() + ": service '" + f.service +
+                   "' is an alias of an anchor (svc: *anchor) that other services may share; write it as a mapping "
+                   "that merges the anchor (<<: *anchor) and add shm_size there by hand");
+  }
   if (!p->InsertPoint(p->ServiceNode(f.service), &at, &indent)) {
     return p->Skip(f.pos.ToString() + ": service '" + f.service + "' is not a block mapping in " + p->file() +
                    "; add shm_size by hand");
@@ -126,7 +199,9 @@ void PlanAddShmSize(const ComposeFinding& f, FixPlan* p) {
   p->edits().push_back(
       {at, Edit::kInsertBefore, 0, 0, indent + "shm_size: " + Quote(p->SizeFor(f.service)) + p->eol(), p->group()});
   p->Change(p->file() + ":" + std::to_string(at + 1) + ": added shm_size " + p->SizeFor(f.service) + " to service '" +
-            f.service + "'");
+            f.service + "'" + p->MergedBy(f.service));
+  p->MarkSized(f.service);
+  for (const std::string& m : p->Mergers(f.service)) p->MarkSized(m);
 }
 
 // host-shm-bind: the bind's lines go (deletes first: an insert on a deleted
@@ -137,12 +212,13 @@ void PlanDropHostBind(const ComposeFinding& f, FixPlan* p) {
       ItemLines(KeyNode(svc, "volumes"), svc ? svc["volumes"] : YAML::Node(), LineOf(f), ColumnOf(f), p->lines());
   std::vector<Edit> kept = p->edits();
   for (int d : drop) p->edits().push_back({d, Edit::kDelete, 0, 0, "", p->group()});
-  if (drop.empty() || !p->AddShmSize(f.service, p->group())) {
+  std::string note;
+  if (drop.empty() || !p->AddShmSize(f.service, p->group(), &note)) {
     p->edits() = std::move(kept);
     return p->Skip(f.pos.ToString() + ": " + f.message + "; replace it by shm_size by hand");
   }
   p->Change(f.pos.ToString() + ": removed the host /dev/shm bind of service '" + f.service + "'; its shm_size is " +
-            p->SizeFor(f.service));
+            p->SizeFor(f.service) + note);
 }
 
 // ipc-host-for-shm: in place, so a comment after it stays: "ipc: host  # x" -> "shm_size: \"2gb\"  # x".
@@ -222,8 +298,7 @@ std::vector<const ComposeFinding*> InFixOrder(const std::vector<ComposeFinding>&
 // Whether the planner of `f` runs for this file: findings of other files only
 // where they add to this one, and a service sized already needs no new size.
 bool Applies(const ComposeFinding& f, const FixPlan& p) {
-  bool added_here = f.code == FindingCode::kMissingShmSize || f.code == FindingCode::kIpcHostForShm;
-  if (f.pos.file != p.file() && !added_here) return false;
+  if (f.pos.file != p.file()) return false;
   return !(f.code == FindingCode::kMissingShmSize && p.sized(f.service));
 }
 
@@ -254,28 +329,61 @@ void KeepWhatParses(const std::vector<std::string>& lines, const std::vector<Edi
   fix->fixed = ApplyEdits(lines, kept, eol);
 }
 
-const LoadedFile* FindFile(const Checked& c, const std::string& path) {
-  const LoadedFile* lf = nullptr;
-  for (const LoadedFile& f : c.project.files) {
-    if (f.path == path) lf = &f;
-  }
-  return lf;
+// Every file read: the compose files, then the files `extends` read.
+std::vector<const LoadedFile*> AllFiles(const Checked& c) {
+  std::vector<const LoadedFile*> out;
+  for (const LoadedFile& f : c.project.files) out.push_back(&f);
+  for (const LoadedFile& f : c.project.extended) out.push_back(&f);
+  return out;
 }
 
 }  // namespace
 
-Result<ComposeFix> PlanFix(const Checked& c, const std::string& file, const std::string& size) {
-  ComposeFix fix;
-  fix.file = file.empty() ? c.report.files.front() : file;
-  const LoadedFile* lf = FindFile(c, fix.file);
-  if (!lf) return Status::Invalid(fix.file + " is not one of the compose files read");
-  fix.original = lf->text;
-  FixPlan plan(c, *lf, size, &fix);
-  for (const ComposeFinding* f : InFixOrder(c.report.findings)) {
-    if (Applies(*f, plan)) PlanFinding(*f, &plan);
+Result<std::vector<ComposeFix>> PlanFixes(const Checked& c, const std::string& size) {
+  std::vector<const LoadedFile*> files = AllFiles(c);
+  std::vector<ComposeFix> fixes(files.size());
+  std::vector<std::unique_ptr<FixPlan>> plans;
+  std::set<std::string> sized;
+  for (size_t i = 0; i < files.size(); ++i) {
+    fixes[i].file = files[i]->path;
+    fixes[i].original = files[i]->text;
+    plans.push_back(std::make_unique<FixPlan>(c, *files[i], size, &fixes[i], &sized));
   }
-  KeepWhatParses(plan.lines(), plan.edits(), plan.eol(), &fix);
-  return fix;
+  // Renames, moves and ipc: host replacements in every file first: a
+  // service sized that way in an override file needs no new shm_size in the
+  // base file; then what may add one (a host bind's removal), then additions.
+  auto phase = [](FindingCode code) {
+    switch (code) {
+      case FindingCode::kMisspelledKey:
+      case FindingCode::kMisplacedShmSize:
+      case FindingCode::kIpcHostForShm:
+        return 0;
+      case FindingCode::kMissingShmSize:
+        return 2;
+      default:
+        return 1;
+    }
+  };
+  std::vector<const ComposeFinding*> ordered = InFixOrder(c.report.findings);
+  for (int ph : {0, 1, 2}) {
+    for (auto& plan : plans) {
+      for (const ComposeFinding* f : ordered) {
+        if (phase(f->code) == ph && Applies(*f, *plan)) PlanFinding(*f, plan.get());
+      }
+    }
+  }
+  for (size_t i = 0; i < files.size(); ++i)
+    KeepWhatParses(plans[i]->lines(), plans[i]->edits(), plans[i]->eol(), &fixes[i]);
+  return fixes;
+}
+
+Result<ComposeFix> PlanFix(const Checked& c, const std::string& file, const std::string& size) {
+  std::string path = file.empty() ? c.report.files.front() : file;
+  SHMK_ASSIGN_OR_RETURN(std::vector<ComposeFix> fixes, PlanFixes(c, size));
+  for (ComposeFix& f : fixes) {
+    if (f.file == path) return std::move(f);
+  }
+  return Status::Invalid(path + " is not one of the compose files read");
 }
 
 }  // namespace compose

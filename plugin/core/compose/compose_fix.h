@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compose/compose.h"
 #include "compose/compose_rules.h"
@@ -13,5 +14,9 @@ namespace shmkeeper::compose {
 // sizes. Only edits whose result still parses are kept; the rest is in
 // `skipped`. kInvalidArgument when `file` was not read.
 Result<ComposeFix> PlanFix(const Checked& c, const std::string& file, const std::string& size);
+
+// The fixes of every file read (compose files, then `extends` files), in
+// that order, one ComposeFix per file (unchanged ones included).
+Result<std::vector<ComposeFix>> PlanFixes(const Checked& c, const std::string& size);
 
 }  // namespace shmkeeper::compose

@@ -1,5 +1,7 @@
 #include "compose/compose_reader.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -78,7 +80,10 @@ void MergeKeys(Service* s, const YAML::Node& node, const std::string& file, bool
     if (!kv.first.IsScalar()) continue;
     const std::string& k = kv.first.Scalar();
     if (k == "<<") continue;
-    if (override_existing || !s->keys.count(k)) s->keys[k] = {kv.first, kv.second, file};
+    // Never YAML::Node::operator= onto a held node: that rebinds the node
+    // itself, so the earlier file's tree would show the later file's value.
+    if (override_existing) s->keys.erase(k);
+    s->keys.try_emplace(k, Entry{kv.first, kv.second, file});
   }
   // YAML merge keys (<<: *anchor or a list of them), as docker-compose reads
   // them: the mapping's own keys win.
@@ -92,7 +97,8 @@ void MergeKeys(Service* s, const YAML::Node& node, const std::string& file, bool
 
 void MergeService(Service* s, const YAML::Node& node, const std::string& file, bool override_existing) {
   if (!node.IsMap()) return;
-  s->nodes[file] = node;
+  s->nodes.erase(file);
+  s->nodes.emplace(file, node);
   MergeKeys(s, node, file, override_existing, 0);
 }
 
@@ -130,7 +136,10 @@ Result<ExtendsTarget> TargetOf(const Entry& e) {
 
 // Folds `extends` chains into `s` (base keys only where the service has none).
 // `all` holds the services of the file(s) a plain `extends: name` refers to.
-Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, const ComposeFileReader& read, int depth) {
+// `p` holds the files read so far (an `extends` file is read once, and kept
+// in p->extended so that a fix can edit it).
+Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, const ComposeFileReader& read,
+                      ComposeProject* p, int depth) {
   auto ext = s->keys.find("extends");
   if (ext == s->keys.end()) return Status::Ok();
   const Entry e = ext->second;
@@ -138,9 +147,20 @@ Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, con
   SHMK_ASSIGN_OR_RETURN(ExtendsTarget target, TargetOf(e));
   std::map<std::string, Service> other;  // the services of target.file
   if (!target.file.empty()) {
-    Result<LoadedFile> loaded = LoadComposeFile(target.file, read);
-    if (!loaded.ok()) return BadAt(At(e.file, e.value), "extends: " + loaded.status().message());
-    other = ServicesOf(*loaded);
+    const LoadedFile* known = nullptr;
+    for (const std::vector<LoadedFile>* list : {&p->files, &p->extended}) {
+      for (const LoadedFile& lf : *list) {
+        if (lf.path == target.file) known = &lf;
+      }
+    }
+    if (!known) {
+      if (p->extended.size() >= 64) return BadAt(At(e.file, e.value), "extends: too many files");
+      Result<LoadedFile> loaded = LoadComposeFile(target.file, read);
+      if (!loaded.ok()) return BadAt(At(e.file, e.value), "extends: " + loaded.status().message());
+      p->extended.push_back(std::move(*loaded));
+      known = &p->extended.back();
+    }
+    other = ServicesOf(*known);
   }
   const std::map<std::string, Service>& scope = target.file.empty() ? all : other;
   auto it = scope.find(target.name);
@@ -149,9 +169,11 @@ Status ResolveExtends(Service* s, const std::map<std::string, Service>& all, con
                  "extends: no service '" + target.name + "'" + (target.file.empty() ? "" : " in " + target.file));
   }
   Service base = it->second;
-  SHMK_RETURN_IF_ERROR(ResolveExtends(&base, scope, read, depth + 1));
+  SHMK_RETURN_IF_ERROR(ResolveExtends(&base, scope, read, p, depth + 1));
   s->keys.erase("extends");
   for (auto& [k, v] : base.keys) s->keys.try_emplace(k, v);
+  for (const auto& [file, node] : base.nodes) s->inherited.emplace_back(file, node);
+  for (const auto& fn : base.inherited) s->inherited.push_back(fn);
   return Status::Ok();
 }
 
@@ -169,10 +191,67 @@ void LoadDotEnv(const std::string& dir, const ComposeFileReader& read, std::map<
   }
 }
 
-std::string ProjectName(const std::string& first_file) {
+// The project directory's name: the first file's directory, made absolute
+// (os.path.abspath in compose v1, filepath.Abs in v2; no symlinks resolved).
+std::string DirName(const std::string& first_file) {
   std::string dir = DirOf(first_file);
-  std::string base = dir == "." ? "" : dir.substr(dir.rfind('/') + 1);
-  return Lower(base.empty() ? "default" : base);
+  if (!dir.starts_with("/")) {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return "";
+    dir = std::string(cwd) + "/" + dir;
+  }
+  // Lexically clean the path, as abspath does.
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(dir);
+  while (std::getline(in, part, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else {
+      parts.push_back(part);
+    }
+  }
+  return parts.empty() ? "" : parts.back();
+}
+
+}  // namespace
+
+std::string NormalizeProjectName(const std::string& name) {
+  // v1: re.sub(r'[^-_a-z0-9]', '', name.lower()); v2 also trims leading '-' and '_'.
+  std::string out;
+  for (char c : Lower(name)) {
+    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_') out += c;
+  }
+  size_t b = out.find_first_not_of("-_");
+  return b == std::string::npos ? "" : out.substr(b);
+}
+
+namespace {
+
+// The project name as compose computes it: -p, then COMPOSE_PROJECT_NAME
+// (environment, then .env), then the last top-level name: (compose v2; v1
+// ignores it), then the project directory's name; "default" when all are empty.
+void SetProjectName(const ComposeCheckOptions& o, ComposeProject* p) {
+  std::string dir_name = NormalizeProjectName(DirName(p->files.front().path));
+  p->dir_name = dir_name.empty() ? "default" : dir_name;
+  std::string top;
+  for (const LoadedFile& lf : p->files) {
+    if (YAML::Node n = lf.root["name"]; n && n.IsScalar()) {
+      Result<std::string> v = Interpolate(n.Scalar(), p->env);
+      top = v.ok() ? *v : n.Scalar();
+    }
+  }
+  auto env = p->env.find("COMPOSE_PROJECT_NAME");
+  for (const std::string& candidate :
+       {o.project_name, env == p->env.end() ? std::string() : env->second, top, dir_name}) {
+    std::string n = NormalizeProjectName(candidate);
+    if (!n.empty()) {
+      p->name = n;
+      return;
+    }
+  }
+  p->name = "default";
 }
 
 // Merges the services of `lf` into `p` (later files override earlier ones).
@@ -227,14 +306,15 @@ Result<ComposeProject> ReadComposeProject(const ComposeCheckOptions& o) {
   ComposeFileReader read = ReaderOf(o);
   p.env = o.env;
   if (o.read_side_files) LoadDotEnv(DirOf(files.front()), read, &p.env);
-  p.name = ProjectName(files.front());
   for (const std::string& f : files) {
     SHMK_ASSIGN_OR_RETURN(LoadedFile lf, LoadComposeFile(f, read));
     AddServices(lf, &p);
     p.files.push_back(std::move(lf));
   }
+  SetProjectName(o, &p);
   std::map<std::string, Service> resolved = p.services;
-  for (auto& [name, s] : resolved) SHMK_RETURN_IF_ERROR(ResolveExtends(&s, p.services, read, 0));
+  p.extended.reserve(64);  // pointers into it stay valid while extends files are added
+  for (auto& [name, s] : resolved) SHMK_RETURN_IF_ERROR(ResolveExtends(&s, p.services, read, &p, 0));
   p.services = std::move(resolved);
   return p;
 }

@@ -51,13 +51,17 @@ struct Service {
   SourcePos pos;  // first definition
   std::map<std::string, Entry> keys;
   std::map<std::string, YAML::Node> nodes;  // file -> the service's mapping there
+  // The mappings of the services it extends (file, mapping), nearest first.
+  std::vector<std::pair<std::string, YAML::Node>> inherited;
 };
 
 // Everything the reader makes of a project's files.
 struct ComposeProject {
-  std::vector<LoadedFile> files;  // in the order read
+  std::vector<LoadedFile> files;     // in the order read
+  std::vector<LoadedFile> extended;  // the other files `extends` read, each once
   std::map<std::string, Service> services;
-  std::string name;                        // the project: the first file's directory, lower-cased
+  std::string name;      // the project name as compose computes it (see ReadComposeProject)
+  std::string dir_name;  // the project directory's name, normalised (compose v1's name when name: is set)
   std::map<std::string, std::string> env;  // the options' env, then .env
 };
 
@@ -67,6 +71,10 @@ Result<LoadedFile> ParseComposeText(const std::string& path, std::string text);
 
 // The reader the options name (the disk when none).
 ComposeFileReader ReaderOf(const ComposeCheckOptions& options);
+
+// A project name as compose normalises it: lower case, only a-z 0-9 - _,
+// no leading - or _ ("" when nothing is left).
+std::string NormalizeProjectName(const std::string& name);
 
 // Reads, validates and merges the options' files (the defaults of its dir
 // when it names none). kInvalidArgument "file:line:col: why" on bad input.

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "base/bytes.h"
+#include "compose/compose_context.h"
 #include "decide/workloads.h"
 
 namespace shmkeeper {
@@ -42,8 +43,10 @@ void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
 
 struct Need {
   bool needs = false;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // the size to suggest
+  int64_t floor = 0;  // an explicit shm_size below this is too small
   std::string reason;
+  bool build_torch_tests = false;  // the build's Dockerfile runs PyTorch tests
 };
 
 bool HasGpu(const Service& s) {
@@ -70,57 +73,149 @@ int NumWorkers(const std::string& blob) {
   return 0;
 }
 
-// What a service shows of itself to the workload table (workloads.h): its
-// image, the words of its command and entrypoint, its environment's names,
-// and every scalar of those and of build, working_dir and labels.
-WorkloadSignals Signals(const Service& s) {
+// The container paths of the service's volumes.
+std::vector<std::string> MountTargets(const Service& s) {
+  std::vector<std::string> out;
+  auto vols = s.keys.find("volumes");
+  if (vols == s.keys.end() || !vols->second.value.IsSequence()) return out;
+  for (const auto& item : vols->second.value) {
+    if (item.IsScalar()) {
+      const std::string& t = item.Scalar();
+      size_t c1 = t.find(':');
+      if (c1 == std::string::npos) {
+        out.push_back(t);
+        continue;
+      }
+      size_t c2 = t.find(':', c1 + 1);
+      out.push_back(t.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1));
+    } else if (item.IsMap() && item["target"] && item["target"].IsScalar()) {
+      out.push_back(item["target"].Scalar());
+    }
+  }
+  return out;
+}
+
+// The container side of the service's ports and expose ("8080:5432/tcp" -> "5432").
+std::vector<std::string> ContainerPorts(const Service& s) {
+  std::vector<std::string> out;
+  for (const char* key : {"ports", "expose"}) {
+    auto it = s.keys.find(key);
+    if (it == s.keys.end() || !it->second.value.IsSequence()) continue;
+    for (const auto& item : it->second.value) {
+      std::string p;
+      if (item.IsScalar()) {
+        p = item.Scalar();
+        p = p.substr(p.rfind(':') == std::string::npos ? 0 : p.rfind(':') + 1);
+      } else if (item.IsMap() && item["target"] && item["target"].IsScalar()) {
+        p = item["target"].Scalar();
+      }
+      out.push_back(p.substr(0, p.find('/')));
+    }
+  }
+  return out;
+}
+
+void AddEnvKeys(const YAML::Node& env, WorkloadSignals* sig) {
+  for (const auto& item : env) {
+    if (env.IsMap() && item.first.IsScalar()) sig->env_keys.push_back(Lower(item.first.Scalar()));
+    if (env.IsSequence() && item.IsScalar()) {
+      sig->env_keys.push_back(Lower(item.Scalar().substr(0, item.Scalar().find('='))));
+    }
+  }
+}
+
+// What a service shows of itself to the workload table (workloads.h), layer
+// by layer: its image (interpolated) and every scalar of image, command,
+// entrypoint, environment, build, working_dir and labels; the argv it runs
+// (entrypoint + command, else the image's or its build's), seen through
+// shells and wrappers; the scripts that argv names (from a volume or the
+// build context); its build (FROM, ENV, installed packages); the image's
+// config when the engine has it (Entrypoint, Cmd, Env, labels); its mounts.
+WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* torch_tests) {
   WorkloadSignals sig;
   for (const char* k : {"image", "command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
     auto it = s.keys.find(k);
     if (it != s.keys.end()) Flatten(it->second.value, &sig.text);
   }
+  std::string image;
   if (auto it = s.keys.find("image"); it != s.keys.end() && it->second.value.IsScalar()) {
-    sig.image = Lower(it->second.value.Scalar());
+    Result<std::string> v = Interpolate(it->second.value.Scalar(), o.env);
+    image = v.ok() ? *v : it->second.value.Scalar();
+    sig.image = Lower(image);
+    sig.text += sig.image + ' ';
   }
-  for (const char* k : {"entrypoint", "command"}) {
-    auto it = s.keys.find(k);
-    if (it == s.keys.end()) continue;
-    const YAML::Node& v = it->second.value;
-    if (v.IsScalar()) AddCommandWords(v.Scalar(), true, &sig);
-    if (!v.IsSequence()) continue;
-    bool first = true;
-    for (const auto& item : v) {
-      if (!item.IsScalar()) continue;
-      AddCommandWords(item.Scalar(), first, &sig);
-      first = false;
+  BuildInfo build = ReadBuild(s, o, &sig);
+  *torch_tests = build.torch_tests;
+  std::optional<ComposeImageConfig> config;
+  if (o.inspect_image && !image.empty()) config = o.inspect_image(image);
+  auto entry_it = s.keys.find("entrypoint"), cmd_it = s.keys.find("command");
+  std::vector<std::string> entry, cmd;
+  if (entry_it != s.keys.end()) {
+    entry = ArgvOf(entry_it->second.value, o.env);
+  } else if (config) {
+    entry = config->entrypoint;
+  } else {
+    entry = build.entrypoint;
+  }
+  if (cmd_it != s.keys.end()) {
+    cmd = ArgvOf(cmd_it->second.value, o.env);
+  } else if (entry_it == s.keys.end()) {  // compose: an entrypoint of the service drops the image's CMD
+    cmd = config ? config->cmd : build.cmd;
+  }
+  std::vector<std::string> argv = entry;
+  argv.insert(argv.end(), cmd.begin(), cmd.end());
+  AddArgv(argv, &sig);
+  AddScripts(s, build, argv, o, &sig);
+  AddTestPackages(s, build, o, &sig);
+  if (!entry.empty() && !cmd.empty()) AddScripts(s, build, cmd, o, &sig);
+  if (auto env = s.keys.find("environment"); env != s.keys.end()) AddEnvKeys(env->second.value, &sig);
+  if (config) {
+    for (const std::string& kv : config->env) sig.env_keys.push_back(Lower(kv.substr(0, kv.find('='))));
+    for (const auto& [k, v] : config->labels) {
+      if (k == "org.opencontainers.image.base.name") sig.base_images.push_back(Lower(v));
     }
   }
-  if (auto env = s.keys.find("environment"); env != s.keys.end()) {
-    for (const auto& item : env->second.value) {
-      if (env->second.value.IsMap() && item.first.IsScalar()) sig.env_keys.push_back(Lower(item.first.Scalar()));
-      if (env->second.value.IsSequence() && item.IsScalar()) {
-        sig.env_keys.push_back(Lower(item.Scalar().substr(0, item.Scalar().find('='))));
-      }
+  sig.mounts = MountTargets(s);
+  sig.ports = ContainerPorts(s);
+  if (auto hc = s.keys.find("healthcheck"); hc != s.keys.end() && hc->second.value.IsMap()) {
+    if (YAML::Node test = hc->second.value["test"]; test) {
+      WorkloadSignals h;
+      AddArgv(ArgvOf(test, o.env), &h);
+      sig.health_words = h.words;
     }
   }
   return sig;
 }
 
+// The least /dev/shm a workload of the table runs with (below it, an explicit
+// shm_size is flagged): where its page says it fails, else a conservative
+// fraction of what the page asks for, so a size people run with is not flagged.
+int64_t FloorOf(const ShmWorkload& w) {
+  std::string name = w.name;
+  if (name == "PostgreSQL") return 128 * kMiB;     // the official image's compose example
+  if (name == "Oracle Database") return 1 * kGiB;  // runOracle.sh refuses less
+  if (name == "Chrome/Chromium" || name == "Firefox" || name == "Playwright" || name == "Puppeteer" || name == "Ray")
+    return 512 * kMiB;
+  if (name == "vLLM" || name == "SGLang" || name == "NCCL" || name == "Text Generation Inference") return 1 * kGiB;
+  return 256 * kMiB;  // MPI, Triton, PyTorch, TensorFlow, DALI, Jupyter
+}
+
 // Which workloads of the table a service shows, and the size that serves them.
-Need Evidence(const Service& s) {
-  WorkloadSignals sig = Signals(s);
+Need Evidence(const Service& s, const ComposeCheckOptions& o) {
   Need need;
-  auto add = [&](const std::string& why, int64_t bytes) {
+  WorkloadSignals sig = Signals(s, o, &need.build_torch_tests);
+  auto add = [&](const std::string& why, int64_t bytes, int64_t floor) {
     need.needs = true;
     need.bytes = std::max(need.bytes, bytes);
+    need.floor = std::max(need.floor, floor);
     need.reason += (need.reason.empty() ? "" : ", ") + why;
   };
   for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
-    add("uses " + std::string(w->name) + " (at 64MiB: " + w->symptom + ")", w->bytes);
+    add("uses " + std::string(w->name) + " (at 64MiB: " + w->symptom + ")", w->bytes, FloorOf(*w));
   }
   if (int n = NumWorkers(sig.text))
-    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB));
-  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB);
+    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB), n * 128 * kMiB);
+  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB, 0);
   return need;
 }
 
@@ -167,14 +262,38 @@ bool HasShmTmpfs(const Service& s) {
   return false;
 }
 
-// The host /dev/shm binds of a service, in each file that declares its volumes.
+// The mappings the service is written in: its own in each file, then those
+// of the services it extends (file, mapping).
+std::vector<std::pair<std::string, YAML::Node>> WrittenIn(const Service& s) {
+  std::vector<std::pair<std::string, YAML::Node>> out(s.nodes.begin(), s.nodes.end());
+  out.insert(out.end(), s.inherited.begin(), s.inherited.end());
+  return out;
+}
+
+// `key` of mapping `node`, or of the mappings it merges (<<: *anchor) when it has none.
+YAML::Node OwnOrMerged(const YAML::Node& node, const std::string& key, int depth = 0) {
+  if (!node.IsMap() || depth > 8) return YAML::Node();
+  if (YAML::Node v = node[key]; v) return v;
+  YAML::Node merge = node["<<"];
+  if (merge && merge.IsMap()) return OwnOrMerged(merge, key, depth + 1);
+  if (merge && merge.IsSequence()) {
+    for (const auto& m : merge) {
+      if (YAML::Node v = OwnOrMerged(m, key, depth + 1); v) return v;
+    }
+  }
+  return YAML::Node();
+}
+
+// The host /dev/shm binds of a service, where each is written (an anchor it
+// merges, a service it extends included), each place once.
 std::vector<std::pair<std::string, YAML::Node>> HostShmBinds(const Service& s) {
   std::vector<std::pair<std::string, YAML::Node>> out;
-  for (const auto& [file, node] : s.nodes) {
-    YAML::Node vols = node["volumes"];
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& [file, node] : WrittenIn(s)) {
+    YAML::Node vols = OwnOrMerged(node, "volumes");
     if (!vols || !vols.IsSequence()) continue;
     for (const auto& item : vols) {
-      if (IsHostShmBind(item)) out.emplace_back(file, item);
+      if (IsHostShmBind(item) && seen.insert({file, item.Mark().line}).second) out.emplace_back(file, item);
     }
   }
   return out;
@@ -188,27 +307,6 @@ std::string ComposeSizeText(int64_t bytes) {
 std::string IpcMode(const Service& s) {
   auto it = s.keys.find("ipc");
   return it != s.keys.end() && it->second.value.IsScalar() ? it->second.value.Scalar() : "";
-}
-
-// Whether the service's build Dockerfile runs PyTorch tests (read only when
-// the options read side files; unreadable: no).
-bool DockerfileRunsTorchTests(const Service& s, const ComposeCheckOptions& o) {
-  auto b = s.keys.find("build");
-  if (b == s.keys.end() || !o.read_side_files) return false;
-  std::string context = ".", dockerfile = "Dockerfile";
-  if (b->second.value.IsScalar()) context = b->second.value.Scalar();
-  if (b->second.value.IsMap()) {
-    if (b->second.value["context"] && b->second.value["context"].IsScalar())
-      context = b->second.value["context"].Scalar();
-    if (b->second.value["dockerfile"] && b->second.value["dockerfile"].IsScalar()) {
-      dockerfile = b->second.value["dockerfile"].Scalar();
-    }
-  }
-  Result<std::string> text = ReaderOf(o)(Join(Join(DirOf(b->second.file), context), dockerfile), 1 << 20);
-  if (!text.ok()) return false;
-  std::string t = Lower(*text);
-  return t.find("torch") != std::string::npos &&
-         (t.find("pytest") != std::string::npos || t.find("unittest") != std::string::npos);
 }
 
 void Add(ComposeReport* r, FindingCode code, Severity sev, std::string service, SourcePos pos, std::string msg,
@@ -260,18 +358,29 @@ bool HasMisspelledShmSize(const Service& s) {
 }
 
 // Misplaced or misspelled shm keys of the service, its deploy and its environment, in every file.
-void CheckServiceKeys(const Service& s, ComposeReport* r) {
-  for (const auto& [file, node] : s.nodes) {
-    CheckKeys(node, file, s.name, "", r);
-    if (node["deploy"]) CheckKeys(node["deploy"], file, s.name, " under deploy", r);
-    if (node["environment"]) CheckKeys(node["environment"], file, s.name, " under environment", r);
+void CheckMappingKeys(const YAML::Node& node, const std::string& file, const std::string& svc, ComposeReport* r,
+                      int depth) {
+  if (!node.IsMap() || depth > 8) return;
+  CheckKeys(node, file, svc, "", r);
+  if (node["deploy"]) CheckKeys(node["deploy"], file, svc, " under deploy", r);
+  if (node["environment"]) CheckKeys(node["environment"], file, svc, " under environment", r);
+  // The anchors it merges are written elsewhere in the file: their keys count too.
+  if (YAML::Node merge = node["<<"]; merge && merge.IsMap()) CheckMappingKeys(merge, file, svc, r, depth + 1);
+  if (YAML::Node merge = node["<<"]; merge && merge.IsSequence()) {
+    for (const auto& m : merge) CheckMappingKeys(m, file, svc, r, depth + 1);
   }
 }
 
+void CheckServiceKeys(const Service& s, ComposeReport* r) {
+  for (const auto& [file, node] : WrittenIn(s)) CheckMappingKeys(node, file, s.name, r, 0);
+}
+
 // The evidence of the service, raised to twice its measured peak (whole GiB) when that is more.
-Need NeedOf(const Service& s, const ComposeCheckOptions& o, const std::string& project) {
-  Need need = Evidence(s);
-  auto measured = o.measured.find(project + "/" + s.name);
+Need NeedOf(const Service& s, const ComposeCheckOptions& o, const ComposeProject& project) {
+  Need need = Evidence(s, o);
+  auto measured = o.measured.find(project.name + "/" + s.name);
+  // compose v1 ignores a top-level name: and names the project after its directory.
+  if (measured == o.measured.end()) measured = o.measured.find(project.dir_name + "/" + s.name);
   if (measured != o.measured.end() && measured->second > 0) {
     int64_t want = (2 * measured->second + kGiB - 1) / kGiB * kGiB;
     if (want > need.bytes) {
@@ -279,6 +388,7 @@ Need NeedOf(const Service& s, const ComposeCheckOptions& o, const std::string& p
       need.reason += (need.reason.empty() ? "" : ", ") + std::string("measured peak ") + FormatSize(measured->second);
       need.needs = true;
     }
+    need.floor = std::max(need.floor, measured->second);
   }
   return need;
 }
@@ -293,6 +403,14 @@ void CheckHostBinds(const Service& s, const std::vector<std::pair<std::string, Y
   }
 }
 
+// Whether the plain YAML scalar `v` is a number with a fraction: compose v1
+// hands the float to the engine, which refuses it, and v2 ignores it.
+bool IsPlainFloat(const YAML::Node& v) {
+  if (v.Tag() != "?") return false;
+  const std::string& t = v.Scalar();
+  return t.find('.') != std::string::npos && t.find_first_not_of("0123456789.+-eE_") == std::string::npos;
+}
+
 // The service's shm_size `e`: a size compose accepts, and not too small for what it needs.
 void CheckShmSizeValue(const Service& s, const Entry& e, const Need& need, const std::string& suggest,
                        const ComposeCheckOptions& o, ComposeReport* r) {
@@ -302,8 +420,8 @@ void CheckShmSizeValue(const Service& s, const Entry& e, const Need& need, const
     return;
   }
   Result<std::string> v = Interpolate(e.value.Scalar(), o.env);
-  Result<int64_t> bytes = v.ok() ? ParseSize(*v) : Result<int64_t>(v.status());
-  if (!v.ok() || !IsComposeSize(*v) || !bytes.ok()) {
+  Result<int64_t> bytes = v.ok() ? ParseComposeSize(*v) : Result<int64_t>(v.status());
+  if (!v.ok() || !bytes.ok() || IsPlainFloat(e.value)) {
     Add(r, FindingCode::kInvalidSize, Severity::kError, s.name, At(e.file, e.value),
         "shm_size \"" + e.value.Scalar() + "\" is not a size docker-compose accepts (like 2gb, 512m or bytes)",
         suggest);
@@ -312,11 +430,32 @@ void CheckShmSizeValue(const Service& s, const Entry& e, const Need& need, const
         "shm_size " + FormatSize(*bytes) + " is below " + FormatSize(o.min_bytes) + " for a service that " +
             need.reason,
         suggest);
+  } else if (*bytes < need.floor && need.needs) {
+    Add(r, FindingCode::kSizeTooSmall, Severity::kWarning, s.name, At(e.file, e.value),
+        "shm_size " + FormatSize(*bytes) + " is below the " + FormatSize(need.floor) +
+            " it needs at least: the service " + need.reason,
+        suggest);
   }
 }
 
+// What a service without shm_size gets on this node, for messages.
+std::string DefaultShmText(const Service& s, const ComposeCheckOptions& o) {
+  std::string runtime = o.default_runtime;
+  if (auto rt = s.keys.find("runtime"); rt != s.keys.end() && rt->second.value.IsScalar()) {
+    runtime = rt->second.value.Scalar();
+    if (runtime.find("shmkeeper") == std::string::npos) return "its runtime " + runtime + " gives it a 64MiB /dev/shm";
+  }
+  if (runtime.find("shmkeeper") != std::string::npos) {
+    return "on this node the default runtime (" + runtime +
+           ") sizes /dev/shm by its policy, but every engine without it gives the service a 64MiB /dev/shm";
+  }
+  if (!runtime.empty()) return "Docker's default runtime here (" + runtime + ") gives it a 64MiB /dev/shm";
+  return "Docker gives it a 64MiB /dev/shm";
+}
+
 // A service without shm_size: ipc: host used for its /dev/shm, or no size where it needs one.
-void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const std::string& suggest, ComposeReport* r) {
+void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const std::string& suggest,
+                    const ComposeCheckOptions& o, ComposeReport* r) {
   std::string ipc = IpcMode(s);
   if (mounts_shm) {
     // /dev/shm comes from a mount; a host bind is reported on its own.
@@ -329,14 +468,13 @@ void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const s
   } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
              !ipc.starts_with("container:") && ipc != "host") {
     Add(r, FindingCode::kMissingShmSize, Severity::kWarning, s.name, s.pos,
-        "service " + need.reason + " but sets no shm_size: Docker gives it a 64MiB /dev/shm",
-        "shm_size: \"" + suggest + "\"");
+        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o), "shm_size: \"" + suggest + "\"");
   }
 }
 
-void CheckBuild(const Service& s, const std::string& suggest, const ComposeCheckOptions& o, ComposeReport* r) {
+void CheckBuild(const Service& s, const Need& need, const std::string& suggest, ComposeReport* r) {
   auto build = s.keys.find("build");
-  if (build != s.keys.end() && DockerfileRunsTorchTests(s, o) &&
+  if (build != s.keys.end() && need.build_torch_tests &&
       !(build->second.value.IsMap() && build->second.value["shm_size"])) {
     Add(r, FindingCode::kBuildShmSize, Severity::kWarning, s.name, At(build->second.file, build->second.key),
         "the build runs PyTorch tests but build.shm_size is not set: RUN steps get a 64MiB /dev/shm",
@@ -345,7 +483,7 @@ void CheckBuild(const Service& s, const std::string& suggest, const ComposeCheck
 }
 
 // Every check of one service; its suggested size goes to r->suggestions.
-void CheckService(const Service& s, const ComposeCheckOptions& o, const std::string& project, ComposeReport* r) {
+void CheckService(const Service& s, const ComposeCheckOptions& o, const ComposeProject& project, ComposeReport* r) {
   CheckServiceKeys(s, r);
   Need need = NeedOf(s, o, project);
   std::string suggest = ComposeSizeText(need.bytes ? need.bytes : 2 * kGiB);
@@ -360,9 +498,9 @@ void CheckService(const Service& s, const ComposeCheckOptions& o, const std::str
   if (shm != s.keys.end()) {
     CheckShmSizeValue(s, shm->second, need, suggest, o, r);
   } else {
-    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, r);
+    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, o, r);
   }
-  CheckBuild(s, suggest, o, r);
+  CheckBuild(s, need, suggest, r);
 }
 
 // shm_size at the top level of a file.
@@ -385,7 +523,8 @@ Result<Checked> ReadAndCheck(const ComposeCheckOptions& o) {
     c.report.files.push_back(lf.path);
     CheckTopLevel(lf, &c.report);
   }
-  for (const auto& [name, s] : c.project.services) CheckService(s, opts, c.report.project, &c.report);
+  for (const LoadedFile& lf : c.project.extended) c.report.files.push_back(lf.path);
+  for (const auto& [name, s] : c.project.services) CheckService(s, opts, c.project, &c.report);
   std::stable_sort(
       c.report.findings.begin(), c.report.findings.end(), [](const ComposeFinding& a, const ComposeFinding& b) {
         return std::tie(a.pos.file, a.pos.line, a.pos.column) < std::tie(b.pos.file, b.pos.line, b.pos.column);
@@ -394,19 +533,5 @@ Result<Checked> ReadAndCheck(const ComposeCheckOptions& o) {
 }
 
 }  // namespace compose
-
-bool IsComposeSize(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0) return false;
-  if (i < text.size() && text[i] == '.') {
-    size_t start = ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-    if (i == start) return false;
-  }
-  std::string unit = compose::Lower(text.substr(i));
-  static const std::set<std::string> kUnits = {"", "b", "k", "kb", "m", "mb", "g", "gb"};
-  return kUnits.count(unit) > 0;
-}
 
 }  // namespace shmkeeper

@@ -25,6 +25,22 @@ namespace shmkeeper {
 //               entrypoint, environment, build, working_dir, labels) or the
 //               process's command line
 //   word:SUB    as text:, where SUB starts a word ("ray", not "array")
+//   token:T[+U] every T (and U) is a word of the image's repository path
+//               (registry host dropped; split at / - _ .): in-house names such
+//               as "registry.example.internal/data/warehouse-pg" show "pg"
+//   pkg:NAME    a package the image installs (its build's Dockerfile RUN
+//               apt-get/apk/dnf/pip/npm lines, package.json dependencies,
+//               requirements.txt; "playwright-browsers" for `playwright install`)
+//   mount:PATH  a volume mounted at PATH (or below it) in the container
+//   port:N      container port N published or exposed
+//   health:WORD a word of the healthcheck's test (basename, lower case)
+// An evidence pattern may be prefixed: "?P" is weak evidence, which counts
+// only with a "+P" pattern (support, never evidence alone) matching and no
+// "-P" pattern (a sign of a client) matching.
+// and, in `unless` only:
+//   client:NAME NAME is one of the programs and none of the row's prog:
+//               patterns matches: a client of the workload run in its image
+//               (`psql` in the postgres image waiting for the database)
 // A row matches when any evidence pattern does and no unless pattern does.
 struct ShmWorkload {
   const char* name;     // what the user runs: "PostgreSQL"
@@ -41,7 +57,12 @@ struct WorkloadSignals {
   std::vector<std::string> programs;  // first words of command and entrypoint, or argv[0]
   std::vector<std::string> words;     // every word of command and entrypoint, or argv
   std::vector<std::string> env_keys;
-  std::string text;  // see text:
+  std::string text;                       // see text:
+  std::vector<std::string> base_images;   // more images to match image: and token: (a build's FROM)
+  std::vector<std::string> packages;      // see pkg:
+  std::vector<std::string> mounts;        // container paths of volumes, see mount:
+  std::vector<std::string> ports;         // container ports published or exposed ("5432"), see port:
+  std::vector<std::string> health_words;  // the words of the healthcheck's test, see health:
 };
 
 // The table, in the order findings name the workloads.
@@ -54,5 +75,23 @@ std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& signals
 // split at spaces, quotes and shell punctuation, paths as basenames,
 // lower-cased. With `program`, its first word is also a program.
 void AddCommandWords(const std::string& text, bool program, WorkloadSignals* signals);
+
+// `text` split into words as a POSIX shell (and Python's shlex, which compose
+// uses for a string `command`) splits them: quotes and backslashes removed.
+// With `operators`, the control operators && || ; | & and newlines (outside
+// quotes) are words of their own. Bounded (4096 words).
+std::vector<std::string> ShellWords(const std::string& text, bool operators);
+
+// Adds what the argv `argv` runs (entrypoint + command, as a container starts
+// it): every word as AddCommandWords does, and as programs its first word,
+// seen through wrappers (exec, env, gosu/su-exec USER, tini/dumb-init, nice,
+// `--`, an entrypoint script's first argument) and shells: a `sh|bash -c
+// SCRIPT` adds the first word of every command of SCRIPT (split at && || ; |
+// & and newlines, also inside `su -c`).
+void AddArgv(const std::vector<std::string>& argv, WorkloadSignals* signals);
+
+// Adds every command of the shell script `text` (a Dockerfile RUN line, an
+// entrypoint script), as AddArgv does for `sh -c text`.
+void AddShellScript(const std::string& text, WorkloadSignals* signals);
 
 }  // namespace shmkeeper
