@@ -57,6 +57,22 @@ std::function<void()> WithStub(const std::shared_ptr<AgentFlags>& flags, Outcome
   };
 }
 
+std::string ConfigFileRunning(const v1::ConfigFile& c) {
+  std::string from = c.path().empty() ? "built-in defaults" : c.path();
+  return from + ", loaded " + TimeUtil::ToString(c.loaded_time()) +
+         (c.reload_failed() ? " (the last reload was refused: the file is invalid)" : "");
+}
+
+std::string ConfigFileOnDisk(const v1::ConfigFile& c) {
+  const std::string& d = c.on_disk();
+  if (d == "same") return "same as running";
+  if (d == "changed") return "changed, not loaded yet: kill -HUP the agent (see docs/configuration.md#reload)";
+  if (d == "missing") return "missing: a reload would run on the built-in defaults";
+  return "invalid: " + c.on_disk_error() +
+         " (the agent keeps the running policy; shmkeeper-runtime and shmkeeper-hook pass new containers through "
+         "with their engine's default /dev/shm until it is fixed)";
+}
+
 Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
   v1::GetNodeResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.GetNode(ctx, {}, &resp); }));
@@ -71,8 +87,11 @@ Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
               {"policy", "default " + (n.policy().shm_default_bytes() ? Iec(n.policy().shm_default_bytes()) : "auto") +
                              ", max " + Iec(n.policy().shm_max_bytes()) + " (" + n.policy().shm_over_max() +
                              "), leaks " + n.policy().leaks_reclaim()},
+              {"scan interval", std::to_string(TimeUtil::DurationToMilliseconds(n.policy().scan_interval())) + "ms"},
               {"last scan", TimeUtil::ToString(n.last_scan_time()) + " in " +
-                                std::to_string(TimeUtil::DurationToMilliseconds(n.last_scan_duration())) + "ms"}});
+                                std::to_string(TimeUtil::DurationToMilliseconds(n.last_scan_duration())) + "ms"},
+              {"running policy", ConfigFileRunning(n.config_file())},
+              {"file on disk", ConfigFileOnDisk(n.config_file())}});
   return Status::Ok();
 }
 
