@@ -234,3 +234,39 @@ def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine
     assert j["shm"]["size_bytes"] > 64 * MiB
     assert [f["path"] for f in j["leaked"]] == ["/dev/shm/torch_99_0"]
     assert any("PyTorch" in w for w in j["warnings"])
+
+
+# docs/configuration.md#precedence as a matrix through real `docker run`: an explicit --shm-size beats
+# SHMKEEPER_SHM_SIZE (from -e or from the image's ENV), which beats the policy (auto: half of RAM).
+# (The annotation rank needs `docker run --annotation`, Docker >= 24; this is 20.10: tests/unit/plan_test.cc
+# and tests/integration/test_runc.py cover it.)
+@pytest.fixture(scope="module")
+def env_image(docker_engine):
+    """IMG with ENV SHMKEEPER_SHM_SIZE, as an image author would set it; and one with a malformed value."""
+    for tag, value in (("shmk-env96:test", "96m"), ("shmk-envbad:test", "lots")):
+        cid = docker_engine.docker("create", IMG, "true").stdout.strip()
+        docker_engine.docker("commit", "--change", f"ENV SHMKEEPER_SHM_SIZE={value}", cid, tag)
+        docker_engine.docker("rm", cid)
+    return "shmk-env96:test", "shmk-envbad:test"
+
+
+@pytest.mark.parametrize("flags,image,want,source", [
+    ([], IMG, None, "policy"),
+    (["-e", "SHMKEEPER_SHM_SIZE=96m"], IMG, 96 * MiB, "env:SHMKEEPER_SHM_SIZE"),
+    (["--shm-size", "128m"], IMG, 128 * MiB, "engine"),
+    (["-e", "SHMKEEPER_SHM_SIZE=96m", "--shm-size", "2g"], IMG, 2048 * MiB, "engine"),
+    ([], "env96", 96 * MiB, "env:SHMKEEPER_SHM_SIZE"),
+    (["--shm-size", "128m"], "env96", 128 * MiB, "engine"),
+    (["-e", "SHMKEEPER_SHM_SIZE=200m"], "env96", 200 * MiB, "env:SHMKEEPER_SHM_SIZE"),
+    (["--shm-size", "128m"], "envbad", 128 * MiB, "engine"),
+], ids=["nothing-policy", "env", "shm-size", "shm-size-beats-env", "image-env", "shm-size-beats-image-env",
+        "run-env-beats-image-env", "shm-size-ignores-bad-image-env"])
+def test_precedence_matrix(docker_engine, env_image, flags, image, want, source):
+    image = {"env96": env_image[0], "envbad": env_image[1]}.get(image, image)
+    p = docker_engine.docker("run", "--rm", *flags, image, "sh", "-c", PROBE)
+    want_kib = kib(want) if want else kib(host_ram_bytes() // 2)
+    assert abs(df_kib(p.stdout) - want_kib) <= 4, p.stdout
+    rec = json.loads(docker_engine.runtime_log.read_text().splitlines()[-1])
+    assert rec["source"] == source, rec
+    if source == "engine" and any("SHMKEEPER_SHM_SIZE" in f for f in flags) or image != IMG and source == "engine":
+        assert "SHMKEEPER_SHM_SIZE=" in rec["reason"] and "ignored" in rec["reason"], rec
