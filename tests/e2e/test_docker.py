@@ -211,7 +211,7 @@ def test_doctor_names_the_workload_it_sees(docker_engine, bins):
     text, js = p.stdout.split("{", 1)
     j = json.loads("{" + js)
     assert [w["name"] for w in j["workloads"]] == ["PostgreSQL"]
-    assert j["workloads"][0]["shm_bytes"] == 1 << 30
+    assert j["workloads"][0]["shmBytes"] == 1 << 30
     assert "PostgreSQL runs here" in text and "could not resize shared memory segment" in text
     assert "note: PostgreSQL (pid" in text and "hub.docker.com/_/postgres" in text
 
@@ -226,12 +226,14 @@ def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine
     assert "engine          docker" in p.stdout
     j = json.loads(docker_engine.docker("run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", IMG,
                                         "/doctor", "-o", "json").stdout)
-    assert j["shm"]["size_bytes"] == 64 * MiB and not j["ipc"]["host"] and j["in_container"]
+    assert j["schemaVersion"] == "shmkeeper.io/v1"
+    assert j["shm"]["sizeBytes"] == 64 * MiB and not j["ipc"]["host"] and j["inContainer"]
+    assert j["sizeSource"].startswith("the engine's default")
     # Under shmkeeper, with a leaked file and its holder-less state visible.
     p = docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", IMG, "sh", "-c",
                              "dd if=/dev/zero of=/dev/shm/torch_99_0 bs=1M count=3 2>/dev/null; /doctor -o json")
     j = json.loads(p.stdout)
-    assert j["shm"]["size_bytes"] > 64 * MiB
+    assert j["shm"]["sizeBytes"] > 64 * MiB
     assert [f["path"] for f in j["leaked"]] == ["/dev/shm/torch_99_0"]
     assert any("PyTorch" in w for w in j["warnings"])
 
@@ -270,3 +272,18 @@ def test_precedence_matrix(docker_engine, env_image, flags, image, want, source)
     assert rec["source"] == source, rec
     if source == "engine" and any("SHMKEEPER_SHM_SIZE" in f for f in flags) or image != IMG and source == "engine":
         assert "SHMKEEPER_SHM_SIZE=" in rec["reason"] and "ignored" in rec["reason"], rec
+
+
+def test_doctor_says_which_source_won_and_recommends_what_takes_effect(docker_engine, bins):
+    """An image's ENV SHMKEEPER_SHM_SIZE under an explicit --shm-size: the doctor names the variable as
+    overridden (docs/configuration.md#precedence); alone, it names the variable as the source."""
+    doctor = bins.BUILD / "plugin" / "shmkeeper-doctor"
+    j = json.loads(docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", "-e", "SHMKEEPER_SHM_SIZE=96m",
+                                        "--shm-size", "128m", IMG, "/doctor", "-o", "json").stdout)
+    assert j["shm"]["sizeBytes"] == 128 * MiB
+    assert j["sizeSource"].startswith('not env SHMKEEPER_SHM_SIZE=96m (96MiB): /dev/shm is 128MiB'), j
+    assert any("SHMKEEPER_SHM_SIZE=96m is set but did not size /dev/shm" in f for f in j["findings"]), j
+    assert any(f.startswith("docker run --shm-size=") for f in j["fixes"])
+    j = json.loads(docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", "-e", "SHMKEEPER_SHM_SIZE=96m",
+                                        IMG, "/doctor", "-o", "json").stdout)
+    assert j["shm"]["sizeBytes"] == 96 * MiB and j["sizeSource"] == "env SHMKEEPER_SHM_SIZE=96m", j
