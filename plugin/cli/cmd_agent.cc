@@ -142,7 +142,22 @@ Status Leaks(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListLeaks
 Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ReclaimLeaksRequest& req) {
   v1::ReclaimLeaksResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ReclaimLeaks(ctx, req, &resp); }));
-  if (f.output == "json") return PrintJson(resp);
+  // A path asked for that is neither reclaimed nor skipped is no leak the agent knows: say so, exit 1.
+  std::string unknown;
+  for (const std::string& p : req.paths()) {
+    bool known = false;
+    for (const v1::Leak& l : resp.reclaimed()) known = known || l.path() == p;
+    for (const v1::SkippedLeak& k : resp.skipped()) known = known || k.leak().path() == p;
+    if (!known) unknown += (unknown.empty() ? "" : ", ") + p;
+  }
+  Status not_found = unknown.empty() ? Status::Ok()
+                                     : Status::NotFound("not a leaked segment the agent knows: " + unknown +
+                                                        " (it is held, unheld for less than leaks.grace, or does "
+                                                        "not exist; `shmkeeper leaks` lists what can be reclaimed)");
+  if (f.output == "json") {
+    SHMK_RETURN_IF_ERROR(PrintJson(resp));
+    return not_found;
+  }
   std::cout << (resp.dry_run() ? "would reclaim" : "reclaimed") << " " << resp.reclaimed_size() << " segment(s), "
             << Iec(resp.freed_bytes()) << (resp.dry_run() ? " (dry run; add --yes to remove)" : "") << "\n";
   if (resp.reclaimed_size()) PrintTable(LeakRows(resp.reclaimed()));
@@ -151,7 +166,7 @@ Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::Reclaim
     std::cout << "skipped " << (l.sysv_id() >= 0 ? "sysv:" + std::to_string(l.sysv_id()) : l.path()) << " in "
               << PodName(l.pod().namespace_(), l.pod().name()) << ": " << k.reason() << "\n";
   }
-  return Status::Ok();
+  return not_found;
 }
 
 Status Watch(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::WatchRequest& req) {

@@ -181,7 +181,7 @@ def test_fixed_browser_stack_trades_the_host_bind_for_shm_size(docker_engine, bi
         """))
     report = json.loads(run([bins.CLI, "compose", "check", "-o", "json"], cwd=tmp_path, check=False).stdout)
     assert [x["code"] for x in report["findings"]] == ["host-shm-bind"]
-    assert report["suggestions"]["chrome"]["shm_size"] == "2gb"
+    assert report["suggestions"]["chrome"]["shmSize"] == "2gb"
     assert "session deleted because of page crash" in report["suggestions"]["chrome"]["reason"]
     run([bins.CLI, "compose", "fix", "--write"], cwd=tmp_path)
     text = f.read_text()

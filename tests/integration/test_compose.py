@@ -40,7 +40,7 @@ def test_check_finds_what_is_expected(bins, case):
     for f in report["findings"]:
         assert f["line"] > 0 and f["column"] > 0 and f["file"].endswith(".yml")
     # The suggested size of every service that needs one, and the workload it was recognised as.
-    assert {svc: s["shm_size"] for svc, s in report["suggestions"].items()} == expected["sizes"]
+    assert {svc: s["shmSize"] for svc, s in report["suggestions"].items()} == expected["sizes"]
     for svc, why in expected["why"].items():
         assert why in report["suggestions"][svc]["reason"], report["suggestions"][svc]
 
