@@ -18,6 +18,7 @@
 #include "decide/node_config.h"
 #include "decide/runtime_args.h"
 #include "decide/size_container.h"
+#include "shmkeeper/version.h"
 
 namespace shmkeeper {
 namespace {
@@ -82,6 +83,13 @@ int Main(const std::vector<std::string>& argv) {
     args = std::move(parsed).value();
   } else {
     args.passthrough = argv;
+  }
+  if (!argv.empty() && (argv[0] == "--version" || argv[0] == "-v")) {
+    // Its own line first, then the real runtime's. No word "version" in it:
+    // dockerd parses this output for `docker info` and takes a line with
+    // that word as the runtime's name and version.
+    std::printf("shmkeeper-runtime %s (commit %s)\n", SHMKEEPER_VERSION, SHMKEEPER_COMMIT);
+    std::fflush(stdout);
   }
   ContainerPolicy policy = LoadContainerPolicy(args.config_path);
   const Config& config = policy.config;

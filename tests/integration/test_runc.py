@@ -170,4 +170,5 @@ def test_other_subcommands_pass_through(env, bins):
     p = run([bins.RUNTIME, "--config", env.config, "--root", env.state, "list"], check=False)
     assert p.returncode == 0 and "ID" in p.stdout
     p = run([bins.RUNTIME, "--version"], check=False)
-    assert "runc version" in p.stdout
+    assert p.stdout.splitlines()[0].startswith("shmkeeper-runtime ") and "version" not in p.stdout.splitlines()[0]
+    assert "runc version" in p.stdout  # then the real runtime's own lines
