@@ -123,8 +123,17 @@ def test_uninstall_restores_daemon_json(docker_engine, bins):
     run([bins.CLI, "install", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2",
          "--runtime-path", bins.RUNTIME])
     assert b"shmk2" in docker_engine.daemon_json.read_bytes()
-    run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"])
+    p = run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"],
+            check=False)
     assert docker_engine.daemon_json.read_bytes() == before
+    # Docker 20.10 keeps a removed runtime until it restarts: the uninstall says so and exits non-zero.
+    live = json.loads(docker_engine.docker("info", "--format", "{{json .Runtimes}}").stdout)
+    print("uninstall:", p.returncode, p.stderr.strip(), "live runtimes:", sorted(live))
+    if "shmk2" in live:
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert "still runs with default runtime" in p.stderr and "systemctl restart docker" in p.stderr, p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
 
 
 def test_fixed_compose_stack_gets_its_size(docker_engine, bins, tmp_path):
@@ -287,3 +296,36 @@ def test_doctor_says_which_source_won_and_recommends_what_takes_effect(docker_en
     j = json.loads(docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", "-e", "SHMKEEPER_SHM_SIZE=96m",
                                         IMG, "/doctor", "-o", "json").stdout)
     assert j["shm"]["sizeBytes"] == 96 * MiB and j["sizeSource"] == "env SHMKEEPER_SHM_SIZE=96m", j
+
+
+def test_uninstall_of_the_default_runtime_checks_the_live_dockerd(tmp_path, bins, rootfs, root_and_runc):
+    """install --set-as-default, a container created under shmkeeper, then uninstall against a private dockerd
+    of this test's own: daemon.json is restored; when the running dockerd still has shmkeeper as its default
+    (Docker 20.10 does not drop it on a reload) the command exits 1 naming the restart, never "success"; the
+    container made under shmkeeper can still be stopped and removed."""
+    require(shutil.which("dockerd") is not None, "dockerd (docker.io) is not installed")
+    from harness import RUNTIME, PrivateDocker
+    engine = PrivateDocker(tmp_path / "d").start()
+    try:
+        before = engine.daemon_json.read_bytes()
+        run([bins.CLI, "install", "docker", "--config", engine.daemon_json, "--set-as-default", "--runtime-path",
+             RUNTIME])
+        engine.wait_default_runtime("shmkeeper")
+        engine.import_busybox(IMG, rootfs)
+        cid = engine.docker("run", "-d", IMG, "sleep", "600").stdout.strip()
+        assert engine.docker("inspect", "--format", "{{.HostConfig.Runtime}}", cid).stdout.strip() == "shmkeeper"
+        p = run([bins.CLI, "uninstall", "docker", "--config", engine.daemon_json], check=False)
+        assert engine.daemon_json.read_bytes() == before
+        default = engine.docker("info", "--format", "{{.DefaultRuntime}}").stdout.strip()
+        print("uninstall:", p.returncode, p.stdout.strip(), p.stderr.strip(), "live default:", default)
+        if default == "shmkeeper":
+            assert p.returncode == 1, (p.stdout, p.stderr)
+            assert 'still runs with default runtime "shmkeeper"' in p.stderr
+            assert "systemctl restart docker" in p.stderr and "service docker restart" in p.stderr
+        else:
+            assert p.returncode == 0, p.stderr
+        engine.docker("stop", "-t", "1", cid)
+        engine.docker("rm", cid)
+        assert cid not in engine.docker("ps", "-aq", "--no-trunc").stdout
+    finally:
+        engine.stop()
