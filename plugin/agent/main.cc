@@ -111,7 +111,8 @@ void ReloadPolicy(Agent& agent, const std::string& path, bool must_exist, const 
   agent.SetConfigFileState(state);
   Json extra = {{"config", ConfigToJson(agent.config())}};
   if (!restart.empty()) extra["needs_restart"] = restart;
-  Log(restart.empty() ? "info" : "warning",
+  Log(
+      restart.empty() ? "info" : "warning",
       restart.empty() ? "config reloaded"
                       : "config reloaded; changed keys that take effect only when shmkeeperd restarts: " +
                             [&] {
@@ -124,7 +125,8 @@ void ReloadPolicy(Agent& agent, const std::string& path, bool must_exist, const 
 
 int Run(int argc, char** argv) {
   CLI::App app{"shmkeeperd: the shmkeeper node agent", "shmkeeperd"};
-  app.set_version_flag("--version", std::string("shmkeeperd ") + SHMKEEPER_VERSION + " (commit " + SHMKEEPER_COMMIT + ")");
+  app.set_version_flag("--version",
+                       std::string("shmkeeperd ") + SHMKEEPER_VERSION + " (commit " + SHMKEEPER_COMMIT + ")");
   std::string config_flag;
   Overrides over;
   app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
@@ -177,8 +179,7 @@ int Run(int argc, char** argv) {
   ::mallopt(M_ARENA_MAX, 2);  // reclaim's file leases would deliver it on every break (reclaim.h)
 
   Agent agent(*config, ScanOptionsFrom(*config));
-  agent.SetConfigFileState(
-      {path, true, "", std::chrono::system_clock::now(), 0, 0, FileText(path)});
+  agent.SetConfigFileState({path, true, "", std::chrono::system_clock::now(), 0, 0, FileText(path)});
   agent.SetLog([](LogLevel level, const std::string& msg) { Log(LogLevelName(level), msg); });
   std::shared_ptr<CriClient> cri;
   if (!config->agent.cri_socket.empty()) {  // labels always; sizes in agent-only mode

@@ -13,8 +13,8 @@ namespace shmkeeper::cli {
 
 struct DockerdLive {
   pid_t pid = 0;
-  std::string socket;           // its API unix socket (-H unix://..., default /var/run/docker.sock)
-  std::string default_runtime;  // /info DefaultRuntime
+  std::string socket;                 // its API unix socket (-H unix://..., default /var/run/docker.sock)
+  std::string default_runtime;        // /info DefaultRuntime
   std::vector<std::string> runtimes;  // /info Runtimes keys
 };
 

@@ -23,8 +23,8 @@
 #include "base/json.h"
 #include "base/os.h"
 #include "decide/config.h"
-#include "decide/node_config.h"
 #include "decide/decision_log.h"
+#include "decide/node_config.h"
 #include "decide/runtime_args.h"
 #include "decide/size_container.h"
 

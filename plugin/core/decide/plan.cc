@@ -222,8 +222,9 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
   }
   if (req.source.starts_with("annotation:") || req.source == "engine") {
     if (std::optional<std::string> v = spec.Env(kShmSizeEnv)) {
-      overridden = std::string(kShmSizeEnv) + "=\"" + *v + "\" ignored: " +
-                   (req.source == "engine" ? "--shm-size/shm_size" : "the annotation") + " is explicit";
+      overridden = std::string(kShmSizeEnv) + "=\"" + *v +
+                   "\" ignored: " + (req.source == "engine" ? "--shm-size/shm_size" : "the annotation") +
+                   " is explicit";
     }
   }
   SHMK_RETURN_IF_ERROR(CheckMax(config, os, &req, &plan.clamped));

@@ -54,7 +54,7 @@ struct DoctorReport {
 struct DoctorOptions {
   std::string shm_path = "/dev/shm";
   std::string proc = "/proc";
-  std::string root = "/";  // for engine markers (/.dockerenv, /run/.containerenv)
+  std::string root = "/";                        // for engine markers (/.dockerenv, /run/.containerenv)
   std::string policy_path = kDefaultConfigPath;  // on a host: the policy file the runtime reads
 };
 

@@ -53,8 +53,7 @@ void ExplainSizeSource(const DoctorOptions& o, DoctorReport* r) {
       return;
     }
     r->size_source = "not env " + std::string(kShmSizeEnv) + "=" + env + " (" +
-                     (asked.ok() ? FormatSize(*asked) : "unparseable") + "): /dev/shm is " +
-                     FormatSize(r->size_bytes) +
+                     (asked.ok() ? FormatSize(*asked) : "unparseable") + "): /dev/shm is " + FormatSize(r->size_bytes) +
                      ", so an explicit request won (annotation shmkeeper.io/shm-size, --shm-size or compose "
                      "shm_size rank above the variable), or shmkeeper is not this container's runtime";
     r->findings.push_back(std::string(kShmSizeEnv) + "=" + env + " is set but did not size /dev/shm (" +

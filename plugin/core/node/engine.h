@@ -63,13 +63,13 @@ struct AgentCounters {
 
 // What the agent knows of its policy file.
 struct ConfigFileState {
-  std::string path;     // the file read ("" = built-in defaults)
-  bool valid = true;    // false: the last (re)load failed and the previous policy runs on
-  std::string error;    // the loader's line ("<path>:<line>:<col>: ...") when !valid
+  std::string path;                                // the file read ("" = built-in defaults)
+  bool valid = true;                               // false: the last (re)load failed and the previous policy runs on
+  std::string error;                               // the loader's line ("<path>:<line>:<col>: ...") when !valid
   std::chrono::system_clock::time_point loaded{};  // when the running policy was read
-  int64_t reloads = 0;         // successful reloads since start
-  int64_t reload_failures = 0; // reloads refused for an invalid file
-  std::string loaded_text;     // the file's text when the running policy was read (to tell an edit)
+  int64_t reloads = 0;                             // successful reloads since start
+  int64_t reload_failures = 0;                     // reloads refused for an invalid file
+  std::string loaded_text;                         // the file's text when the running policy was read (to tell an edit)
 };
 
 class Agent {
