@@ -62,21 +62,90 @@ void ReportReconcile(const ReconcileResult& r) {
   Log("info", "reconcile: resized the pod's /dev/shm", pod);
 }
 
+// The policy file's text ("" when it cannot be read), to tell an edit later.
+std::string FileText(const std::string& path) {
+  Result<std::string> text = ReadFile(path, 1 << 20);
+  return text.ok() ? *text : "";
+}
+
+// The command line's overrides, applied to every load of the policy file.
+struct Overrides {
+  std::string socket, metrics, state_dir;
+  bool metrics_set = false, reconcile = false;
+};
+
+// Loads the policy with the overrides applied; errors are one line naming
+// the file, line and column.
+Result<Config> LoadAgentConfig(const std::string& path, bool must_exist, const Overrides& o) {
+  SHMK_ASSIGN_OR_RETURN(Config config, LoadConfig(path, must_exist));
+  if (o.reconcile) {
+    config.agent.reconcile = true;
+    if (config.agent.cri_socket.empty()) config.agent.cri_socket = "auto";
+  }
+  config.agent.cri_socket = ResolveCriSocket(config.agent.cri_socket);
+  if (config.agent.reconcile && config.agent.cri_socket.empty()) {
+    return Status::Invalid("agent.reconcile needs a CRI socket, but agent.criSocket is none");
+  }
+  return config;
+}
+
+// SIGHUP: read the policy file again. A valid file replaces the running
+// policy (what needs a restart is named); an invalid one is refused with one
+// line naming file:line and the agent keeps its policy, with
+// shmkeeper_config_valid 0 until a valid file is loaded.
+void ReloadPolicy(Agent& agent, const std::string& path, bool must_exist, const Overrides& o) {
+  ConfigFileState state = agent.config_file_state();
+  Result<Config> next = LoadAgentConfig(path, must_exist, o);
+  if (!next.ok()) {
+    state.valid = false;
+    state.error = next.status().message();
+    ++state.reload_failures;
+    agent.SetConfigFileState(state);
+    Log("error", "config reload refused, the running policy is kept: " + state.error, {{"config", path}});
+    return;
+  }
+  if (!o.socket.empty()) next->agent.socket = o.socket;
+  if (!o.state_dir.empty()) next->agent.state_dir = o.state_dir;
+  if (o.metrics_set) next->agent.metrics_address = o.metrics;
+  std::vector<std::string> restart = agent.Reload(*next);
+  state.loaded_text = FileText(path);
+  state.valid = true;
+  state.error.clear();
+  state.loaded = std::chrono::system_clock::now();
+  ++state.reloads;
+  agent.SetConfigFileState(state);
+  Json extra = {{"config", ConfigToJson(agent.config())}};
+  if (!restart.empty()) extra["needs_restart"] = restart;
+  Log(
+      restart.empty() ? "info" : "warning",
+      restart.empty() ? "config reloaded"
+                      : "config reloaded; changed keys that take effect only when shmkeeperd restarts: " +
+                            [&] {
+                              std::string keys;
+                              for (const std::string& k : restart) keys += (keys.empty() ? "" : ", ") + k;
+                              return keys;
+                            }(),
+      extra);
+}
+
 int Run(int argc, char** argv) {
   CLI::App app{"shmkeeperd: the shmkeeper node agent", "shmkeeperd"};
-  app.set_version_flag("--version", std::string("shmkeeperd ") + SHMKEEPER_VERSION);
-  std::string config_flag, socket, metrics;
+  app.set_version_flag("--version",
+                       std::string("shmkeeperd ") + SHMKEEPER_VERSION + " (commit " + SHMKEEPER_COMMIT + ")");
+  std::string config_flag;
+  Overrides over;
   app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
-  app.add_option("--socket", socket, "Override agent.socket");
-  app.add_option("--metrics-address", metrics, "Override agent.metricsAddress");
-  std::string state_dir;
-  app.add_option("--state-dir", state_dir, "Override agent.stateDir (the one-agent-per-node lock and identity)");
-  bool check_config = false, reconcile = false, probe = false, read_only = false;
+  app.add_option("--socket", over.socket, "Override agent.socket");
+  app.add_option("--metrics-address", over.metrics, "Override agent.metricsAddress");
+  app.add_option("--state-dir", over.state_dir, "Override agent.stateDir (the one-agent-per-node lock and identity)");
+  bool check_config = false, probe = false, read_only = false;
   app.add_flag("--read-only", read_only,
                "Run beside the agent that holds the node's lock: serve and scan, but never reclaim and never rename "
                "quarantined files back");
-  app.add_flag("--reconcile", reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
-  app.add_flag("--check-config", check_config, "Parse the config, print the effective settings as JSON and exit");
+  app.add_flag("--reconcile", over.reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
+  app.add_flag("--check-config", check_config,
+               "Parse the config, print the effective settings as JSON and exit (non-zero with file:line:col when "
+               "invalid); run it before a reload (SIGHUP)");
   app.add_flag("--probe", probe,
                "Liveness probe: ask the agent this config describes over its unix socket; exit 0 if healthy");
   try {
@@ -86,28 +155,21 @@ int Run(int argc, char** argv) {
     std::cerr << "shmkeeperd: " << e.what() << " (see shmkeeperd --help)\n";
     return 2;
   }
+  over.metrics_set = app.count("--metrics-address") > 0;
   std::string path = ResolveConfigPath(config_flag);
-  Result<Config> config = LoadConfig(path, !config_flag.empty());
+  bool must_exist = !config_flag.empty();
+  Result<Config> config = LoadAgentConfig(path, must_exist, over);
   if (!config.ok()) {
     std::cerr << "shmkeeperd: " << config.status().message() << "\n";
-    return 2;
-  }
-  if (reconcile) {
-    config->agent.reconcile = true;
-    if (config->agent.cri_socket.empty()) config->agent.cri_socket = "auto";
-  }
-  config->agent.cri_socket = ResolveCriSocket(config->agent.cri_socket);
-  if (config->agent.reconcile && config->agent.cri_socket.empty()) {
-    std::cerr << "shmkeeperd: agent.reconcile needs a CRI socket, but agent.criSocket is none\n";
     return 2;
   }
   if (check_config) {
     std::cout << DumpJson(ConfigToJson(*config), 2) << "\n";
     return 0;
   }
-  if (!socket.empty()) config->agent.socket = socket;
-  if (!state_dir.empty()) config->agent.state_dir = state_dir;
-  if (app.count("--metrics-address")) config->agent.metrics_address = metrics;
+  if (!over.socket.empty()) config->agent.socket = over.socket;
+  if (!over.state_dir.empty()) config->agent.state_dir = over.state_dir;
+  if (over.metrics_set) config->agent.metrics_address = over.metrics;
   if (probe) {
     Result<std::string> health = ProbeHealth(*config);
     std::cout << (health.ok() ? *health : "shmkeeperd: " + health.status().message() + "\n");
@@ -119,6 +181,7 @@ int Run(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);                    // reload; never the default action (exit)
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread inherits the mask; main waits below
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGIO, SIG_IGN);
@@ -150,6 +213,7 @@ int Run(int argc, char** argv) {
         {{"lock_holder_pid", AgentLock::Holder(config->agent.state_dir)}});
   }
   Agent agent(*config, scan);
+  agent.SetConfigFileState({path, true, "", std::chrono::system_clock::now(), 0, 0, FileText(path)});
   agent.SetLog([](LogLevel level, const std::string& msg) { Log(LogLevelName(level), msg); });
   std::shared_ptr<CriClient> cri;
   if (!config->agent.cri_socket.empty()) {  // labels always; sizes in agent-only mode
@@ -166,7 +230,10 @@ int Run(int argc, char** argv) {
   Log("info", "serving",
       {{"socket", config->agent.socket}, {"metrics_port", server.metrics_port()}, {"tcp_port", server.tcp_port()}});
   int sig = 0;
-  sigwait(&set, &sig);
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    Log("info", "SIGHUP: reloading the policy", {{"config", path}});
+    ReloadPolicy(agent, path, must_exist, over);
+  }
   Log("info", "stopping", {{"signal", sig}});
   server.Shutdown();
   agent.Stop();

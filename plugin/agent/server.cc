@@ -144,7 +144,7 @@ HealthReport CheckHealth(const Agent& agent, const std::string& unix_socket,
   if (!unix_socket.empty() && !UnixSocketAccepts(unix_socket)) {
     r.problems.push_back("agent socket " + unix_socket + " accepts no connection");
   }
-  const std::string& events = agent.config().agent.event_socket;
+  const std::string events = agent.config().agent.event_socket;
   if (!events.empty() && !IsSocket(events)) r.problems.push_back("event socket " + events + " is gone");
   return r;
 }

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "config_file.h"
 #include "convert.h"
 
 namespace shmkeeper::agent {
@@ -25,6 +26,7 @@ grpc::Status ShmKeeperService::GetNode(grpc::ServerContext*, const v1::GetNodeRe
   std::shared_ptr<const NodeSnapshot> snap = agent_->Snapshot();
   if (!snap) return ToGrpc(Status::Precondition("the first scan has not finished"));
   ToProto(*snap, agent_->config(), resp->mutable_node());
+  ConfigFileToProto(agent_->config_file_state(), resp->mutable_node()->mutable_config_file());
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "base/fileutil.h"
+#include "base/json.h"
 
 namespace shmkeeper::cli {
 
@@ -67,10 +68,14 @@ void SetDeadline(grpc::ClientContext* ctx) {
 Status PrintJson(const google::protobuf::Message& msg) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
-  opts.add_whitespace = true;
+  opts.always_print_primitive_fields = true;  // zeros and empty strings too: scripts never meet a missing key
   auto st = google::protobuf::util::MessageToJsonString(msg, &out, opts);
   if (!st.ok()) return Status::Internal("JSON: " + std::string(st.message()));
-  std::cout << out;
+  Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return Status::Internal("JSON: the message did not print as an object");
+  Json versioned = {{"schemaVersion", kJsonSchemaVersion}};
+  versioned.update(doc);
+  std::cout << DumpJson(versioned, 2) << "\n";
   return Status::Ok();
 }
 

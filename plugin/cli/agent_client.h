@@ -35,7 +35,8 @@ Status RpcError(const AgentFlags& flags, const grpc::Status& s);
 // Sets a deadline for unary calls.
 void SetDeadline(grpc::ClientContext* ctx);
 
-// Prints `msg` as protobuf's canonical JSON.
+// Prints `msg` as protobuf's canonical JSON (camelCase keys, every field
+// printed, zeros included), after "schemaVersion" (kJsonSchemaVersion).
 Status PrintJson(const google::protobuf::Message& msg);
 
 std::string Iec(int64_t bytes);

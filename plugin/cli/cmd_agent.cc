@@ -63,6 +63,22 @@ std::function<void()> WithStub(const std::shared_ptr<AgentFlags>& flags, Outcome
   };
 }
 
+std::string ConfigFileRunning(const v1::ConfigFile& c) {
+  std::string from = c.path().empty() ? "built-in defaults" : c.path();
+  return from + ", loaded " + TimeUtil::ToString(c.loaded_time()) +
+         (c.reload_failed() ? " (the last reload was refused: the file is invalid)" : "");
+}
+
+std::string ConfigFileOnDisk(const v1::ConfigFile& c) {
+  const std::string& d = c.on_disk();
+  if (d == "same") return "same as running";
+  if (d == "changed") return "changed, not loaded yet: kill -HUP the agent (see docs/configuration.md#reload)";
+  if (d == "missing") return "missing: a reload would run on the built-in defaults";
+  return "invalid: " + c.on_disk_error() +
+         " (the agent keeps the running policy; shmkeeper-runtime and shmkeeper-hook pass new containers through "
+         "with their engine's default /dev/shm until it is fixed)";
+}
+
 Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
   v1::GetNodeResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.GetNode(ctx, {}, &resp); }));
@@ -77,8 +93,11 @@ Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
               {"policy", "default " + (n.policy().shm_default_bytes() ? Iec(n.policy().shm_default_bytes()) : "auto") +
                              ", max " + Iec(n.policy().shm_max_bytes()) + " (" + n.policy().shm_over_max() +
                              "), leaks " + n.policy().leaks_reclaim()},
+              {"scan interval", std::to_string(TimeUtil::DurationToMilliseconds(n.policy().scan_interval())) + "ms"},
               {"last scan", TimeUtil::ToString(n.last_scan_time()) + " in " +
-                                std::to_string(TimeUtil::DurationToMilliseconds(n.last_scan_duration())) + "ms"}});
+                                std::to_string(TimeUtil::DurationToMilliseconds(n.last_scan_duration())) + "ms"},
+              {"running policy", ConfigFileRunning(n.config_file())},
+              {"file on disk", ConfigFileOnDisk(n.config_file())}});
   return Status::Ok();
 }
 
@@ -129,7 +148,22 @@ Status Leaks(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListLeaks
 Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ReclaimLeaksRequest& req) {
   v1::ReclaimLeaksResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ReclaimLeaks(ctx, req, &resp); }));
-  if (f.output == "json") return PrintJson(resp);
+  // A path asked for that is neither reclaimed nor skipped is no leak the agent knows: say so, exit 1.
+  std::string unknown;
+  for (const std::string& p : req.paths()) {
+    bool known = false;
+    for (const v1::Leak& l : resp.reclaimed()) known = known || l.path() == p;
+    for (const v1::SkippedLeak& k : resp.skipped()) known = known || k.leak().path() == p;
+    if (!known) unknown += (unknown.empty() ? "" : ", ") + p;
+  }
+  Status not_found = unknown.empty() ? Status::Ok()
+                                     : Status::NotFound("not a leaked segment the agent knows: " + unknown +
+                                                        " (it is held, unheld for less than leaks.grace, or does "
+                                                        "not exist; `shmkeeper leaks` lists what can be reclaimed)");
+  if (f.output == "json") {
+    SHMK_RETURN_IF_ERROR(PrintJson(resp));
+    return not_found;
+  }
   std::cout << (resp.dry_run() ? "would reclaim" : "reclaimed") << " " << resp.reclaimed_size() << " segment(s), "
             << Iec(resp.freed_bytes()) << (resp.dry_run() ? " (dry run; add --yes to remove)" : "") << "\n";
   if (resp.reclaimed_size()) PrintTable(LeakRows(resp.reclaimed()));
@@ -138,7 +172,7 @@ Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::Reclaim
     std::cout << "skipped " << TermEscape(l.sysv_id() >= 0 ? "sysv:" + std::to_string(l.sysv_id()) : l.path()) << " in "
               << TermEscape(PodName(l.pod().namespace_(), l.pod().name())) << ": " << TermEscape(k.reason()) << "\n";
   }
-  return Status::Ok();
+  return not_found;
 }
 
 Status Watch(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::WatchRequest& req) {

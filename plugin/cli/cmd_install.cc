@@ -7,6 +7,7 @@
 
 #include "base/os.h"
 #include "cli.h"
+#include "docker_live.h"
 #include "install/containerd_config.h"
 #include "install/containerd_template.h"
 #include "install/docker_config.h"
@@ -70,6 +71,10 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
                 opts->dry_run, *c,
                 std::string(opts->set_as_default ? " (default runtime)" : "") +
                     (c->reloaded ? "; dockerd reloaded" : "; no running dockerd uses it"));
+    // A reload is not proof: check what the running dockerd does (docker_live.h).
+    if (!opts->dry_run && c->reloaded) {
+      outcome.status = VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default);
+    }
   });
 }
 

@@ -24,6 +24,7 @@
 #include "base/os.h"
 #include "decide/config.h"
 #include "decide/decision_log.h"
+#include "decide/node_config.h"
 #include "decide/runtime_args.h"
 #include "decide/size_container.h"
 
@@ -97,20 +98,22 @@ void TellTheRuntime(const std::string& line) {
   }
 }
 
-void Report(const Config& config, const std::string& id, const char* level, const Status& s) {
+// `action`: "passthrough", "refuse" or "warning" (decision_log.h).
+void Report(const ContainerPolicy& policy, const std::string& id, const char* level, const char* action,
+            const Status& s) {
   std::fprintf(stderr, "shmkeeper-hook: %s\n", s.message().c_str());
   if (std::string(level) == "error") TellTheRuntime("shmkeeper-hook: " + s.message());
-  Json rec = {{"level", level}, {"msg", s.message()}, {"container", id}, {"by", "hook"}};
+  Json rec = DecisionFailureRecord(id, level, "hook", action, s, policy.Problem());
   // The line is on stderr already: a log that cannot be written loses nothing more.
-  (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
+  (void)AppendJsonLine(policy.config.log.path, rec, LogLevel::kError, policy.config.log.level);
 }
 
 int Run(const std::string& config_flag, const std::string& stage_arg) {
-  Result<Config> loaded = LoadConfig(ResolveConfigPath(config_flag), !config_flag.empty());
-  Config config = loaded.ok() ? *loaded : Config();
+  ContainerPolicy policy = LoadContainerPolicy(config_flag);
+  const Config& config = policy.config;
   Result<HookState> state = ReadState(stdin);
   if (!state.ok()) {
-    Report(config, "", "error", state.status());
+    Report(policy, "", "error", "refuse", state.status());
     return 1;
   }
   std::string stage = StageOf(stage_arg, *state);
@@ -122,19 +125,21 @@ int Run(const std::string& config_flag, const std::string& stage_arg) {
     return 0;
   }
   if (stage != "createRuntime" && stage != "prestart") {
-    Report(config, state->id, "warning", Status::Invalid("stage \"" + stage + "\" has nothing to do; ignored"));
+    Report(policy, state->id, "warning", "warning",
+           Status::Invalid("stage \"" + stage + "\" has nothing to do; ignored"));
     return 0;
   }
   std::vector<Status> warnings;
-  Status s = loaded.ok() ? SizeContainerShm(state->bundle, state->id, config, Applier::kHook, *Os::Default(), &warnings)
-                         : loaded.status();
-  for (const Status& w : warnings) Report(config, state->id, "warning", w);
+  Status s = policy.usable()
+                 ? SizeContainerShm(state->bundle, state->id, config, Applier::kHook, *Os::Default(), &warnings)
+                 : policy.file;
+  for (const Status& w : warnings) Report(policy, state->id, "warning", "warning", w);
   if (s.ok()) return 0;
-  if (OutcomeOfFailure(s, loaded.ok(), config) == FailureOutcome::kRefuse) {
-    Report(config, state->id, "error", s);
+  if (OutcomeOfFailure(s, policy.usable(), config) == FailureOutcome::kRefuse) {
+    Report(policy, state->id, "error", "refuse", s);
     return 1;
   }
-  Report(config, state->id, "warning", s.WithContext("container left as the engine made it"));
+  Report(policy, state->id, "warning", "passthrough", s.WithContext("container left as the engine made it"));
   return 0;
 }
 

@@ -15,8 +15,10 @@
 #include "base/os.h"
 #include "decide/config.h"
 #include "decide/decision_log.h"
+#include "decide/node_config.h"
 #include "decide/runtime_args.h"
 #include "decide/size_container.h"
+#include "shmkeeper/version.h"
 
 namespace shmkeeper {
 namespace {
@@ -51,36 +53,25 @@ Result<std::string> RealRuntime(const Config& config, const RuntimeArgs& args) {
   return Status::NotFound("no runc or crun in PATH (set runtime.path in the shmkeeper config)");
 }
 
-// The config from --config (must exist: a missing one is kInvalidArgument),
-// SHMKEEPER_CONFIG (kNotFound when it names a missing file: the caller warns
-// and goes on with the defaults) or the default path (optional).
-Result<Config> LoadRuntimeConfig(const RuntimeArgs& args) {
-  std::string path = ResolveConfigPath(args.config_path);
-  bool from_env = args.config_path.empty() && path != kDefaultConfigPath;
-  Result<Config> loaded = LoadConfig(path, !args.config_path.empty() || from_env);
-  if (from_env && !loaded.ok() && loaded.status().code() == Code::kNotFound) {
-    return Status::NotFound(std::string(kConfigEnv) + " names " + path + ", which does not exist");
-  }
-  if (!loaded.ok() && loaded.status().code() == Code::kNotFound) return Status::Invalid(loaded.status().message());
-  return loaded;
-}
-
-void Report(const RuntimeArgs& args, const Config& config, const char* level, const Status& s) {
+// `action`: "passthrough", "refuse" or "warning" (decision_log.h); the line
+// goes to stderr, the engine's --log and the decision log.
+void Report(const RuntimeArgs& args, const ContainerPolicy& policy, const char* level, const char* action,
+            const Status& s) {
   std::string msg = "shmkeeper: " + s.message();
   std::fprintf(stderr, "shmkeeper-runtime: %s\n", s.message().c_str());
   // The line is on stderr already: a log that cannot be written loses nothing more.
   (void)AppendRuntimeLog(args.log_path, args.log_format, level, msg);
-  Json rec = {{"level", level}, {"msg", s.message()}, {"container", args.container_id}};
-  (void)AppendJsonLine(config.log.path, rec, LogLevel::kError, config.log.level);
+  Json rec = DecisionFailureRecord(args.container_id, level, "runtime", action, s, policy.Problem());
+  (void)AppendJsonLine(policy.config.log.path, rec, LogLevel::kError, policy.config.log.level);
 }
 
 // Sizes the container's /dev/shm; problems that do not stop it are reported
 // as warnings here.
-Status PrepareContainer(const RuntimeArgs& args, const Config& config) {
+Status PrepareContainer(const RuntimeArgs& args, const ContainerPolicy& policy) {
   std::vector<Status> warnings;
-  Status s = SizeContainerShm(args.bundle.empty() ? "." : args.bundle, args.container_id, config, Applier::kRuntime,
-                              *Os::Default(), &warnings);
-  for (const Status& w : warnings) Report(args, config, "warning", w);
+  Status s = SizeContainerShm(args.bundle.empty() ? "." : args.bundle, args.container_id, policy.config,
+                              Applier::kRuntime, *Os::Default(), &warnings);
+  for (const Status& w : warnings) Report(args, policy, "warning", "warning", w);
   return s;
 }
 
@@ -93,29 +84,35 @@ int Main(const std::vector<std::string>& argv) {
   } else {
     args.passthrough = argv;
   }
-  Result<Config> loaded = LoadRuntimeConfig(args);
-  Config config = loaded.ok() ? *loaded : Config();
-  if (!loaded.ok() && loaded.status().code() == Code::kNotFound) {  // SHMKEEPER_CONFIG names a missing file
-    Report(args, config, "warning", Status::NotFound(loaded.status().message() + ": using the defaults"));
-    loaded = config;
+  if (!argv.empty() && (argv[0] == "--version" || argv[0] == "-v")) {
+    // Its own line first, then the real runtime's. No word "version" in it:
+    // dockerd parses this output for `docker info` and takes a line with
+    // that word as the runtime's name and version.
+    std::printf("shmkeeper-runtime %s (commit %s)\n", SHMKEEPER_VERSION, SHMKEEPER_COMMIT);
+    std::fflush(stdout);
+  }
+  ContainerPolicy policy = LoadContainerPolicy(args.config_path);
+  const Config& config = policy.config;
+  if (policy.file.code() == Code::kNotFound && args.Intercepts()) {  // SHMKEEPER_CONFIG names a missing file
+    Report(args, policy, "warning", "warning", Status::NotFound(policy.file.message() + ": using the defaults"));
   }
   Result<std::string> runtime = RealRuntime(config, args);
   if (!runtime.ok()) {
-    Report(args, config, "error", runtime.status());
+    Report(args, policy, "error", "refuse", runtime.status());
     return 1;
   }
   if (args.Intercepts()) {
-    Status s = loaded.ok() ? PrepareContainer(args, config) : loaded.status();
+    Status s = policy.usable() ? PrepareContainer(args, policy) : policy.file;
     if (!s.ok()) {
-      if (OutcomeOfFailure(s, loaded.ok(), config) == FailureOutcome::kRefuse) {
-        Report(args, config, "error", s);
+      if (OutcomeOfFailure(s, policy.usable(), config) == FailureOutcome::kRefuse) {
+        Report(args, policy, "error", "refuse", s);
         return 1;
       }
-      Report(args, config, "warning", s.WithContext("passing the spec through untouched"));
+      Report(args, policy, "warning", "passthrough", s.WithContext("passing the spec through untouched"));
     }
   }
   Status s = Exec(*runtime, args.passthrough);
-  Report(args, config, "error", s);
+  Report(args, policy, "error", "refuse", s);
   return 127;
 }
 

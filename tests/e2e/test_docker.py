@@ -123,8 +123,17 @@ def test_uninstall_restores_daemon_json(docker_engine, bins):
     run([bins.CLI, "install", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2",
          "--runtime-path", bins.RUNTIME])
     assert b"shmk2" in docker_engine.daemon_json.read_bytes()
-    run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"])
+    p = run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"],
+            check=False)
     assert docker_engine.daemon_json.read_bytes() == before
+    # Docker 20.10 keeps a removed runtime until it restarts: the uninstall says so and exits non-zero.
+    live = json.loads(docker_engine.docker("info", "--format", "{{json .Runtimes}}").stdout)
+    print("uninstall:", p.returncode, p.stderr.strip(), "live runtimes:", sorted(live))
+    if "shmk2" in live:
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert "still runs with default runtime" in p.stderr and "systemctl restart docker" in p.stderr, p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
 
 
 def test_fixed_compose_stack_gets_its_size(docker_engine, bins, tmp_path):
@@ -181,7 +190,7 @@ def test_fixed_browser_stack_trades_the_host_bind_for_shm_size(docker_engine, bi
         """))
     report = json.loads(run([bins.CLI, "compose", "check", "-o", "json"], cwd=tmp_path, check=False).stdout)
     assert [x["code"] for x in report["findings"]] == ["host-shm-bind"]
-    assert report["suggestions"]["chrome"]["shm_size"] == "2gb"
+    assert report["suggestions"]["chrome"]["shmSize"] == "2gb"
     assert "session deleted because of page crash" in report["suggestions"]["chrome"]["reason"]
     run([bins.CLI, "compose", "fix", "--write"], cwd=tmp_path)
     text = f.read_text()
@@ -211,7 +220,7 @@ def test_doctor_names_the_workload_it_sees(docker_engine, bins):
     text, js = p.stdout.split("{", 1)
     j = json.loads("{" + js)
     assert [w["name"] for w in j["workloads"]] == ["PostgreSQL"]
-    assert j["workloads"][0]["shm_bytes"] == 1 << 30
+    assert j["workloads"][0]["shmBytes"] == 1 << 30
     assert "PostgreSQL runs here" in text and "could not resize shared memory segment" in text
     assert "note: PostgreSQL (pid" in text and "hub.docker.com/_/postgres" in text
 
@@ -226,11 +235,97 @@ def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine
     assert "engine          docker" in p.stdout
     j = json.loads(docker_engine.docker("run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", IMG,
                                         "/doctor", "-o", "json").stdout)
-    assert j["shm"]["size_bytes"] == 64 * MiB and not j["ipc"]["host"] and j["in_container"]
+    assert j["schemaVersion"] == "shmkeeper.io/v1"
+    assert j["shm"]["sizeBytes"] == 64 * MiB and not j["ipc"]["host"] and j["inContainer"]
+    assert j["sizeSource"].startswith("the engine's default")
     # Under shmkeeper, with a leaked file and its holder-less state visible.
     p = docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", IMG, "sh", "-c",
                              "dd if=/dev/zero of=/dev/shm/torch_99_0 bs=1M count=3 2>/dev/null; /doctor -o json")
     j = json.loads(p.stdout)
-    assert j["shm"]["size_bytes"] > 64 * MiB
+    assert j["shm"]["sizeBytes"] > 64 * MiB
     assert [f["path"] for f in j["leaked"]] == ["/dev/shm/torch_99_0"]
     assert any("PyTorch" in w for w in j["warnings"])
+
+
+# docs/configuration.md#precedence as a matrix through real `docker run`: an explicit --shm-size beats
+# SHMKEEPER_SHM_SIZE (from -e or from the image's ENV), which beats the policy (auto: half of RAM).
+# (The annotation rank needs `docker run --annotation`, Docker >= 24; this is 20.10: tests/unit/plan_test.cc
+# and tests/integration/test_runc.py cover it.)
+@pytest.fixture(scope="module")
+def env_image(docker_engine):
+    """IMG with ENV SHMKEEPER_SHM_SIZE, as an image author would set it; and one with a malformed value."""
+    for tag, value in (("shmk-env96:test", "96m"), ("shmk-envbad:test", "lots")):
+        cid = docker_engine.docker("create", IMG, "true").stdout.strip()
+        docker_engine.docker("commit", "--change", f"ENV SHMKEEPER_SHM_SIZE={value}", cid, tag)
+        docker_engine.docker("rm", cid)
+    return "shmk-env96:test", "shmk-envbad:test"
+
+
+@pytest.mark.parametrize("flags,image,want,source", [
+    ([], IMG, None, "policy"),
+    (["-e", "SHMKEEPER_SHM_SIZE=96m"], IMG, 96 * MiB, "env:SHMKEEPER_SHM_SIZE"),
+    (["--shm-size", "128m"], IMG, 128 * MiB, "engine"),
+    (["-e", "SHMKEEPER_SHM_SIZE=96m", "--shm-size", "2g"], IMG, 2048 * MiB, "engine"),
+    ([], "env96", 96 * MiB, "env:SHMKEEPER_SHM_SIZE"),
+    (["--shm-size", "128m"], "env96", 128 * MiB, "engine"),
+    (["-e", "SHMKEEPER_SHM_SIZE=200m"], "env96", 200 * MiB, "env:SHMKEEPER_SHM_SIZE"),
+    (["--shm-size", "128m"], "envbad", 128 * MiB, "engine"),
+], ids=["nothing-policy", "env", "shm-size", "shm-size-beats-env", "image-env", "shm-size-beats-image-env",
+        "run-env-beats-image-env", "shm-size-ignores-bad-image-env"])
+def test_precedence_matrix(docker_engine, env_image, flags, image, want, source):
+    image = {"env96": env_image[0], "envbad": env_image[1]}.get(image, image)
+    p = docker_engine.docker("run", "--rm", *flags, image, "sh", "-c", PROBE)
+    want_kib = kib(want) if want else kib(host_ram_bytes() // 2)
+    assert abs(df_kib(p.stdout) - want_kib) <= 4, p.stdout
+    rec = json.loads(docker_engine.runtime_log.read_text().splitlines()[-1])
+    assert rec["source"] == source, rec
+    if source == "engine" and any("SHMKEEPER_SHM_SIZE" in f for f in flags) or image != IMG and source == "engine":
+        assert "SHMKEEPER_SHM_SIZE=" in rec["reason"] and "ignored" in rec["reason"], rec
+
+
+def test_doctor_says_which_source_won_and_recommends_what_takes_effect(docker_engine, bins):
+    """An image's ENV SHMKEEPER_SHM_SIZE under an explicit --shm-size: the doctor names the variable as
+    overridden (docs/configuration.md#precedence); alone, it names the variable as the source."""
+    doctor = bins.BUILD / "plugin" / "shmkeeper-doctor"
+    j = json.loads(docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", "-e", "SHMKEEPER_SHM_SIZE=96m",
+                                        "--shm-size", "128m", IMG, "/doctor", "-o", "json").stdout)
+    assert j["shm"]["sizeBytes"] == 128 * MiB
+    assert j["sizeSource"].startswith('not env SHMKEEPER_SHM_SIZE=96m (96MiB): /dev/shm is 128MiB'), j
+    assert any("SHMKEEPER_SHM_SIZE=96m is set but did not size /dev/shm" in f for f in j["findings"]), j
+    assert any(f.startswith("docker run --shm-size=") for f in j["fixes"])
+    j = json.loads(docker_engine.docker("run", "--rm", "-v", f"{doctor}:/doctor:ro", "-e", "SHMKEEPER_SHM_SIZE=96m",
+                                        IMG, "/doctor", "-o", "json").stdout)
+    assert j["shm"]["sizeBytes"] == 96 * MiB and j["sizeSource"] == "env SHMKEEPER_SHM_SIZE=96m", j
+
+
+def test_uninstall_of_the_default_runtime_checks_the_live_dockerd(tmp_path, bins, rootfs, root_and_runc):
+    """install --set-as-default, a container created under shmkeeper, then uninstall against a private dockerd
+    of this test's own: daemon.json is restored; when the running dockerd still has shmkeeper as its default
+    (Docker 20.10 does not drop it on a reload) the command exits 1 naming the restart, never "success"; the
+    container made under shmkeeper can still be stopped and removed."""
+    require(shutil.which("dockerd") is not None, "dockerd (docker.io) is not installed")
+    from harness import RUNTIME, PrivateDocker
+    engine = PrivateDocker(tmp_path / "d").start()
+    try:
+        before = engine.daemon_json.read_bytes()
+        run([bins.CLI, "install", "docker", "--config", engine.daemon_json, "--set-as-default", "--runtime-path",
+             RUNTIME])
+        engine.wait_default_runtime("shmkeeper")
+        engine.import_busybox(IMG, rootfs)
+        cid = engine.docker("run", "-d", IMG, "sleep", "600").stdout.strip()
+        assert engine.docker("inspect", "--format", "{{.HostConfig.Runtime}}", cid).stdout.strip() == "shmkeeper"
+        p = run([bins.CLI, "uninstall", "docker", "--config", engine.daemon_json], check=False)
+        assert engine.daemon_json.read_bytes() == before
+        default = engine.docker("info", "--format", "{{.DefaultRuntime}}").stdout.strip()
+        print("uninstall:", p.returncode, p.stdout.strip(), p.stderr.strip(), "live default:", default)
+        if default == "shmkeeper":
+            assert p.returncode == 1, (p.stdout, p.stderr)
+            assert 'still runs with default runtime "shmkeeper"' in p.stderr
+            assert "systemctl restart docker" in p.stderr and "service docker restart" in p.stderr
+        else:
+            assert p.returncode == 0, p.stderr
+        engine.docker("stop", "-t", "1", cid)
+        engine.docker("rm", cid)
+        assert cid not in engine.docker("ps", "-aq", "--no-trunc").stdout
+    finally:
+        engine.stop()

@@ -2,7 +2,11 @@
 private config, data dir and port) scraping a private shmkeeperd: a watched
 host tmpfs (`agent.hostShmDirs`) fills to 90%, the 80% alert fires with the
 pod's labels within the rule's `for` plus two scrape intervals, and resolves
-when the file is removed; every dashboard query parses and returns data."""
+when the file is removed; every dashboard query parses and returns data.
+Before anything is filled, the scrape of the healthy agent is checked as it
+arrives: `time() - shmkeeper_last_scan_timestamp_seconds` within two scan
+intervals (the timestamp printed with full precision), and the shipped
+alerts fire nothing, not even pending."""
 import copy
 import json
 import os
@@ -49,6 +53,7 @@ def stack(tmp_path_factory):
         prom = PrivatePrometheus(base / "prometheus", config, rules_for_test(FOR)).start()
         wait_for(lambda: prom.query(f'shmkeeper_pod_shm_size_bytes{{pod="{shm.path}"}} == {SIZE}'), timeout=30,
                  what="the pod's size in Prometheus")
+        prom.scraped_at = time.time()  # the first scrape is in: rules see real samples from here on
         yield agent, prom, shm
     finally:
         if prom:
@@ -56,6 +61,32 @@ def stack(tmp_path_factory):
         if agent:
             agent.stop()
         shm.umount()
+
+
+def test_real_scrape_scan_age_within_two_intervals_and_no_alert_on_a_healthy_agent(stack):  # first: nothing filled
+    agent, prom, shm = stack
+    line = next(l for l in agent.metrics_text().splitlines() if l.startswith("shmkeeper_last_scan_timestamp_seconds "))
+    assert "e" not in line.split()[1].lower(), f"timestamp not printed in full: {line}"
+    build = prom.query("shmkeeper_build_info")
+    assert len(build) == 1 and build[0]["value"][1] == "1" and build[0]["metric"]["version"], build
+    assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", build[0]["metric"]["commit"]), build
+    for _ in range(5):  # five samples a scrape interval apart
+        at_scrape = prom.query("timestamp(shmkeeper_last_scan_timestamp_seconds) - shmkeeper_last_scan_timestamp_seconds")
+        now = prom.query("time() - shmkeeper_last_scan_timestamp_seconds")
+        assert len(at_scrape) == 1 and len(now) == 1, (at_scrape, now)
+        age_at_scrape, age_now = float(at_scrape[0]["value"][1]), float(now[0]["value"][1])
+        print(f"scan age at the scrape {age_at_scrape:.3f}s, at the query {age_now:.3f}s (interval {SCRAPE}s)")
+        # The agent waits SCRAPE seconds between scans; a loaded machine stretches the scan itself.
+        scan = float(prom.query("max_over_time(shmkeeper_scan_duration_seconds[1m])")[0]["value"][1])
+        assert -0.5 <= age_at_scrape <= 2 * SCRAPE + 2 * scan, scan
+        assert -0.5 <= age_now <= 2 * SCRAPE + 2 * scan + SCRAPE + 1  # plus one scrape interval (and slack)
+        time.sleep(SCRAPE)
+    # Every rule evaluated several times over real samples by now; none may be pending or firing. (Before
+    # the first scrape ShmkeeperAgentAbsent is pending for an evaluation or two: no target has reported yet.)
+    window = int(time.time() - prom.scraped_at)
+    assert window >= 5
+    assert prom.query(f"count_over_time(ALERTS[{window}s])") == []
+    assert prom.api("alerts")["alerts"] == []
 
 
 def used_ratio(agent, shm):

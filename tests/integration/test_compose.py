@@ -44,7 +44,7 @@ def test_check_finds_what_is_expected(bins, case):
         text = (case / f["file"]).read_text().splitlines()
         assert f["line"] <= len(text), f
     # The suggested size of every service that needs one, and the workload it was recognised as.
-    assert {svc: s["shm_size"] for svc, s in report["suggestions"].items()} == expected["sizes"]
+    assert {svc: s["shmSize"] for svc, s in report["suggestions"].items()} == expected["sizes"]
     for svc, why in expected["why"].items():
         assert why in report["suggestions"][svc]["reason"], report["suggestions"][svc]
 

@@ -148,10 +148,15 @@ def test_other_containers_shm_is_left_alone(env):
 
 def test_broken_config_passes_through_untouched(env):
     env.config.write_text("shm:\n  defualt: 1Gi\n")
-    p = wrapper_run(env, make_bundle(env, "b"), "c-passthrough")
+    engine_log = env.tmp / "engine-log.json"
+    p = wrapper_run(env, make_bundle(env, "b"), "c-passthrough", "--log", engine_log, "--log-format", "json")
     assert p.returncode == 0, p.stderr
     assert df_kib(p.stdout) == kib(64 * MiB)
     assert "unknown key 'shm.defualt'" in p.stderr and "passing the spec through untouched" in p.stderr
+    assert f"{env.config}:2:3:" in p.stderr  # file:line:col of the typo
+    # The engine's log (what `docker`/containerd show) says it as a warning; the container ran.
+    (warning,) = [json.loads(l) for l in engine_log.read_text().splitlines() if "shm.defualt" in l]
+    assert warning["level"] == "warning" and "passing the spec through untouched" in warning["msg"]
 
 
 def test_missing_real_runtime_is_an_error(env):
@@ -165,4 +170,5 @@ def test_other_subcommands_pass_through(env, bins):
     p = run([bins.RUNTIME, "--config", env.config, "--root", env.state, "list"], check=False)
     assert p.returncode == 0 and "ID" in p.stdout
     p = run([bins.RUNTIME, "--version"], check=False)
-    assert "runc version" in p.stdout
+    assert p.stdout.splitlines()[0].startswith("shmkeeper-runtime ") and "version" not in p.stdout.splitlines()[0]
+    assert "runc version" in p.stdout  # then the real runtime's own lines

@@ -308,13 +308,16 @@ class AgentProcess:
                 return json.loads(line)["metrics_port"]
         raise AssertionError("the agent logged no metrics port:\n" + self.log.read_text()[-3000:])
 
-    def metrics(self):
-        """/metrics as {series text before the value: value}."""
+    def metrics_text(self):
+        """/metrics as served."""
         import urllib.request
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port()}/metrics", timeout=10) as r:
-            text = r.read().decode()
+            return r.read().decode()
+
+    def metrics(self):
+        """/metrics as {series text before the value: value}."""
         return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines() if line and not line.startswith("#")}
+                for line in self.metrics_text().splitlines() if line and not line.startswith("#")}
 
     def json(self, *args):
         return json.loads(self.cli(*args, "-o", "json").stdout)

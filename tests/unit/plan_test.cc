@@ -109,10 +109,35 @@ INSTANTIATE_TEST_SUITE_P(
              Config(), ShmAction::kResize, 2 * kGiB, "annotation:shmkeeper.io/shm-size"},
         Case{"explicit_engine_size_respected", [](Json& j) { j["mounts"][0]["options"][4] = "size=67108865"; },
              Config(), ShmAction::kKeep, RoundUpToPage(67108865), "engine"},
+        // docs/configuration.md#precedence: --shm-size / shm_size beats SHMKEEPER_SHM_SIZE (an image's ENV).
+        Case{"explicit_engine_size_over_env",
+             [](Json& j) {
+               Env(j, "SHMKEEPER_SHM_SIZE=96m");
+               j["mounts"][0]["options"][4] = "size=2147483648";
+             },
+             Config(), ShmAction::kKeep, 2 * kGiB, "engine"},
+        Case{"env_over_policy", [](Json& j) { Env(j, "SHMKEEPER_SHM_SIZE=96m"); }, WithPolicy(kGiB, std::nullopt),
+             ShmAction::kResize, 96 * kMiB, "env:SHMKEEPER_SHM_SIZE"},
+        Case{"bad_env_ignored_under_explicit_size",
+             [](Json& j) {
+               Env(j, "SHMKEEPER_SHM_SIZE=lots");
+               j["mounts"][0]["options"][4] = "size=2147483648";
+             },
+             Config(), ShmAction::kKeep, 2 * kGiB, "engine"},
         Case{"over_max_clamped", [](Json& j) { Ann(j, "shmkeeper.io/shm-size", "4Gi"); },
              WithPolicy(std::nullopt, kGiB, OverMax::kClamp), ShmAction::kResize, kGiB,
              "annotation:shmkeeper.io/shm-size"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Plan, ReasonNamesTheIgnoredEnv) {
+  FakeOs os;
+  Json j = PrivateSpec();
+  Env(j, "SHMKEEPER_SHM_SIZE=96m");
+  j["mounts"][0]["options"][4] = "size=2147483648";
+  Result<ShmPlan> plan = PlanShm(Make(j), Config(), kId, os);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->reason, "SHMKEEPER_SHM_SIZE=\"96m\" ignored: --shm-size/shm_size is explicit");
+}
 
 TEST(Plan, UserErrorsNameKeyValueAndLimit) {
   FakeOs os;
@@ -421,9 +446,27 @@ TEST_P(AutoLimit, UsesTheFirstLimitTheRuntimeShows) {
   if (*c.limit_source) {
     EXPECT_EQ(record["memory_limit"]["source"], c.limit_source);
     EXPECT_EQ(record["memory_limit"]["bytes"], plan->limit.bytes);
-  } else {
-    EXPECT_FALSE(record.contains("memory_limit"));
+  } else {  // every key on every line (decision_log.h): no limit is bytes 0, source ""
+    EXPECT_EQ(record["memory_limit"], Json({{"bytes", 0}, {"source", ""}}));
   }
+}
+
+TEST(DecisionLog, SuccessAndFailureLinesHaveTheSameKeys) {
+  FakeOs os;
+  Result<ShmPlan> plan = PlanShm(Make(PrivateSpec()), Config(), kId, os);
+  ASSERT_TRUE(plan.ok());
+  Json ok = DecisionRecord("c1", *plan, "hook");
+  Json failed = DecisionFailureRecord("c1", "warning", "runtime", "passthrough", Status::Invalid("x.yaml:3:1: bad"),
+                                      "policy file invalid");
+  std::vector<std::string> a, b;
+  for (const auto& [k, v] : ok.items()) a.push_back(k);
+  for (const auto& [k, v] : failed.items()) b.push_back(k);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ok["by"], "hook");
+  EXPECT_EQ(ok["error"], "");
+  EXPECT_EQ(failed["action"], "passthrough");
+  EXPECT_EQ(failed["error"], "x.yaml:3:1: bad");
+  EXPECT_EQ(failed["policy"], "policy file invalid");
 }
 
 void CrioResources(Json& j, const char* key, const std::string& json) { j["annotations"][key] = json; }

@@ -9,6 +9,11 @@ namespace shmkeeper {
 // Order-preserving JSON: edited documents keep their key order.
 using Json = nlohmann::ordered_json;
 
+// The first key of every `-o json` document the CLIs print (status, pods,
+// leaks, reclaim, watch, doctor, compose check): raised when a key is renamed
+// or removed, never when one is added. Keys are camelCase in every verb.
+inline constexpr const char* kJsonSchemaVersion = "shmkeeper.io/v1";
+
 // Serializes without throwing: strings that are not valid UTF-8 (paths and
 // values from untrusted input can be anything) get U+FFFD replacements.
 template <typename J>

@@ -53,8 +53,12 @@ Json ComposeReportToJson(const ComposeReport& r) {
                         {"suggestion", f.suggestion}});
   }
   Json sugg = Json::object();
-  for (const auto& [svc, v] : r.suggestions) sugg[svc] = {{"shm_size", v.first}, {"reason", v.second}};
-  return {{"files", r.files}, {"project", r.project}, {"findings", findings}, {"suggestions", sugg}};
+  for (const auto& [svc, v] : r.suggestions) sugg[svc] = {{"shmSize", v.first}, {"reason", v.second}};
+  return {{"schemaVersion", kJsonSchemaVersion},
+          {"files", r.files},
+          {"project", r.project},
+          {"findings", findings},
+          {"suggestions", sugg}};
 }
 
 std::string ComposeReportToText(const ComposeReport& r) {

@@ -41,20 +41,51 @@ std::string NowRfc3339() {
   return buf;
 }
 
-Json DecisionRecord(const std::string& container_id, const ShmPlan& plan) {
-  Json r = {{"time", NowRfc3339()},
-            {"level", "info"},
-            {"msg", "shm decision"},
-            {"container", container_id},
-            {"action", ShmActionName(plan.action)},
-            {"old_bytes", plan.old_bytes}};
+namespace {
+
+// Every key of a decision line, with its empty value.
+Json BaseRecord(const std::string& container_id, const char* level, const char* by) {
+  return {{"time", NowRfc3339()},
+          {"level", level},
+          {"msg", "shm decision"},
+          {"container", container_id},
+          {"by", by},
+          {"action", ""},
+          {"source", ""},
+          {"requested", ""},
+          {"old_bytes", 0},
+          {"new_bytes", 0},
+          {"memory_limit", {{"bytes", 0}, {"source", ""}}},
+          {"reason", ""},
+          {"preload", ""},
+          {"cuda", ""},
+          {"notes", Json::array()},
+          {"policy", ""},
+          {"error", ""}};
+}
+
+}  // namespace
+
+Json DecisionRecord(const std::string& container_id, const ShmPlan& plan, const char* by) {
+  Json r = BaseRecord(container_id, "info", by);
+  r["action"] = ShmActionName(plan.action);
+  r["old_bytes"] = plan.old_bytes;
+  r["new_bytes"] = plan.action == ShmAction::kSkip ? plan.old_bytes : plan.new_bytes;
   if (plan.action != ShmAction::kSkip) {
     r["source"] = plan.source;
     r["requested"] = plan.requested;
-    r["new_bytes"] = plan.new_bytes;
     if (plan.limit.bytes > 0) r["memory_limit"] = {{"bytes", plan.limit.bytes}, {"source", plan.limit.source}};
   }
-  if (!plan.reason.empty()) r["reason"] = plan.reason;
+  r["reason"] = plan.reason;
+  return r;
+}
+
+Json DecisionFailureRecord(const std::string& container_id, const char* level, const char* by, const char* action,
+                           const Status& error, const std::string& policy) {
+  Json r = BaseRecord(container_id, level, by);
+  r["action"] = action;
+  r["error"] = error.message();
+  r["policy"] = policy;
   return r;
 }
 

@@ -17,8 +17,20 @@ namespace shmkeeper {
 // RFC 3339 UTC timestamp with nanoseconds, as runc writes.
 std::string NowRfc3339();
 
-// {"time","level","msg":"shm decision","container","action","source",...}.
-Json DecisionRecord(const std::string& container_id, const ShmPlan& plan);
+// A decision line. Every line has the same keys, success or not (scripts
+// never meet a missing key): time, level, msg ("shm decision"), container,
+// by ("runtime" or "hook"), action (resize, keep, skip; passthrough, refuse,
+// warning on failure), source, requested, old_bytes, new_bytes,
+// memory_limit {bytes, source}, reason, preload, cuda, notes, policy (what
+// was wrong with the policy file, "" when it was used) and error ("" on
+// success). Values not known are "" or 0.
+Json DecisionRecord(const std::string& container_id, const ShmPlan& plan, const char* by = "runtime");
+
+// The line for a container that was not sized as planned: `action` is
+// "passthrough" (the spec went to the real runtime untouched), "refuse" (the
+// container was not created) or "warning" (sized, with a problem).
+Json DecisionFailureRecord(const std::string& container_id, const char* level, const char* by, const char* action,
+                           const Status& error, const std::string& policy = "");
 
 // Appends `record` as one line to `path` (created 0640, parent 0755). Writes
 // are single write(2) calls with O_APPEND, so concurrent writers interleave by

@@ -78,8 +78,7 @@ int64_t EngineDefaultShmBytes(const Spec& spec) {
   return spec.Annotation("io.container.manager") == "libpod" ? kPodmanDefaultShmBytes : kEngineDefaultShmBytes;
 }
 
-// The first size the user asked for, in precedence order.
-Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
+Result<std::optional<ShmRequest>> AnnotationShmRequest(const Spec& spec) {
   static constexpr std::array<const char*, 3> kAnnotations = {kShmSizeAnnotation, kCrioShmSizeAnnotation,
                                                               kCrioLegacyShmSizeAnnotation};
   for (const char* key : kAnnotations) {
@@ -89,12 +88,23 @@ Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
       return std::optional<Request>(Request{*bytes, std::string("annotation:") + key, *v});
     }
   }
+  return std::optional<Request>();
+}
+
+Result<std::optional<ShmRequest>> EnvShmRequest(const Spec& spec) {
   if (std::optional<std::string> v = spec.Env(kShmSizeEnv)) {
     Result<int64_t> bytes = ParseSize(*v);
     if (!bytes.ok()) return bytes.status().WithContext(std::string("env ") + kShmSizeEnv);
     return std::optional<Request>(Request{*bytes, std::string("env:") + kShmSizeEnv, *v});
   }
   return std::optional<Request>();
+}
+
+// The size the container's own spec asks for: an annotation, else the env.
+Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec) {
+  SHMK_ASSIGN_OR_RETURN(std::optional<Request> annotation, AnnotationShmRequest(spec));
+  if (annotation) return annotation;
+  return EnvShmRequest(spec);
 }
 
 namespace {
@@ -194,14 +204,28 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
     plan.reason = plan.target.why;
     return plan;
   }
-  SHMK_ASSIGN_OR_RETURN(std::optional<Request> user, UserShmRequest(spec));
+  // Precedence (docs/configuration.md#precedence): an explicit per-container
+  // request (annotation; --shm-size / compose shm_size, seen as a size other
+  // than the engine's default) beats SHMKEEPER_SHM_SIZE (which an image's ENV
+  // can set), which beats the node policy. The env is read only when nothing
+  // explicit was asked for, so a bad value in an image cannot refuse it.
+  SHMK_ASSIGN_OR_RETURN(std::optional<Request> annotation, AnnotationShmRequest(spec));
   Request req;
-  if (user) {
-    req = *user;
+  std::string overridden;
+  if (annotation) {
+    req = *annotation;
   } else if (plan.target.current_bytes != EngineDefaultShmBytes(spec)) {
     req = Request{plan.target.current_bytes, "engine", FormatSize(plan.target.current_bytes)};
   } else {
-    req = PolicyRequest(spec, config, os, cri_limit, &plan.limit);
+    SHMK_ASSIGN_OR_RETURN(std::optional<Request> env, EnvShmRequest(spec));
+    req = env ? *env : PolicyRequest(spec, config, os, cri_limit, &plan.limit);
+  }
+  if (req.source.starts_with("annotation:") || req.source == "engine") {
+    if (std::optional<std::string> v = spec.Env(kShmSizeEnv)) {
+      overridden = std::string(kShmSizeEnv) + "=\"" + *v +
+                   "\" ignored: " + (req.source == "engine" ? "--shm-size/shm_size" : "the annotation") +
+                   " is explicit";
+    }
   }
   SHMK_RETURN_IF_ERROR(CheckMax(config, os, &req, &plan.clamped));
   req.bytes = RoundUpToPage(req.bytes, os.PageSize());  // what the tmpfs will report
@@ -214,6 +238,7 @@ Result<ShmPlan> PlanShm(const Spec& spec, const Config& config, const std::strin
   plan.new_bytes = req.bytes;
   plan.action = plan.new_bytes == plan.old_bytes ? ShmAction::kKeep : ShmAction::kResize;
   plan.reason = plan.clamped ? "clamped to shm.max" : "";
+  if (!overridden.empty()) plan.reason += (plan.reason.empty() ? "" : "; ") + overridden;
   return plan;
 }
 

@@ -88,8 +88,13 @@ struct ShmRequest {
   std::string raw;     // as written
 };
 
-// The size the container's own spec asks for (annotations, then env), or
-// nullopt. kInvalidArgument for an unparseable value.
+// The size the container's annotations ask for (shmkeeper.io/shm-size, then
+// CRI-O's two keys), or nullopt. kInvalidArgument for an unparseable value.
+Result<std::optional<ShmRequest>> AnnotationShmRequest(const Spec& spec);
+// The size env SHMKEEPER_SHM_SIZE asks for, or nullopt. The env may come
+// from the image (ENV), so it ranks below an explicit --shm-size.
+Result<std::optional<ShmRequest>> EnvShmRequest(const Spec& spec);
+// AnnotationShmRequest, else EnvShmRequest (what a spec alone asks for).
 Result<std::optional<ShmRequest>> UserShmRequest(const Spec& spec);
 
 // The container's or its pod's memory limit as its spec shows it, first of:

@@ -34,16 +34,16 @@ Status SizeContainerShm(const std::string& bundle, const std::string& container_
   }
   SHMK_RETURN_IF_ERROR(ApplyShm(plan, &spec, os));
   bool edited = plan.action == ShmAction::kResize && plan.target.shape == ShmShape::kSpecTmpfs;
-  Json record = DecisionRecord(container_id, plan);
+  Json record = DecisionRecord(container_id, plan, who == Applier::kHook ? "hook" : "runtime");
   if (who == Applier::kRuntime) {  // the spec can change only before the real runtime reads it
     std::vector<std::string> notes;
     InjectResult preload = InjectPreload(&spec, bundle, config, ExecutableDir());
     InjectResult cuda = InjectCudaIpc(&spec, config, &notes);
     edited = edited || preload.changed || cuda.changed;
     record["preload"] = preload.what;
-    if (!preload.reserve.empty()) record["preloadReserve"] = preload.reserve;
-    if (!cuda.what.empty()) record["cuda"] = cuda.what;
-    if (!notes.empty()) record["notes"] = notes;
+    record["preloadReserve"] = preload.reserve;
+    record["cuda"] = cuda.what;
+    record["notes"] = notes;
   }
   if (edited) SHMK_RETURN_IF_ERROR(spec.Save());
   if (plan.action != ShmAction::kSkip) {

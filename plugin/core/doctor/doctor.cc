@@ -99,8 +99,8 @@ void Fixes(DoctorReport* r) {
     r->fixes = {"docker run --shm-size=" + docker_size + " ...",
                 "docker-compose: shm_size: \"" + docker_size + "b\" under the service",
                 "node-wide, once: shmkeeper install docker --set-as-default (every container then gets the "
-                "policy size; -e SHMKEEPER_SHM_SIZE=" +
-                    docker_size + " asks for more)"};
+                "policy size; --shm-size, or -e SHMKEEPER_SHM_SIZE=" +
+                    docker_size + " when no --shm-size is given, asks for more)"};
   } else if (e == "podman") {
     r->fixes = {"podman run --shm-size=" + docker_size + " ...",
                 "podman run --annotation shmkeeper.io/shm-size=" + size.substr(0, size.size() - 1) +
@@ -215,8 +215,10 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
   if (!r.present) {
     r.findings.push_back(o.shm_path + " does not exist: programs that use POSIX shared memory will fail");
   } else if (r.host_ipc) {
-    r.findings.push_back("this " + std::string(r.in_container ? "container shares the host's" : "is the host's") +
-                         " IPC namespace and /dev/shm");
+    if (r.in_container) r.findings.push_back("this container shares the host's IPC namespace and /dev/shm");
+  } else if (r.size_bytes <= 64 * kMiB && !r.in_container) {
+    r.findings.push_back("the host's /dev/shm is only " + FormatSize(r.size_bytes) +
+                         ": programs on the host that use POSIX shared memory will run out");
   } else if (r.size_bytes <= 64 * kMiB) {
     std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
     auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
@@ -241,6 +243,7 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
     r.findings.push_back("/dev/shm (" + FormatSize(r.size_bytes) + ") is larger than the memory limit (" +
                          FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
   }
+  ExplainSizeSource(o, &r);
   Fixes(&r);
   Frameworks(commands, r, &r.warnings);
   return r;
@@ -252,7 +255,7 @@ Json DoctorToJson(const DoctorReport& r) {
     for (const DoctorFile& f : v) {
       Json h = Json::array();
       for (const auto& [pid, cmd] : f.holders) h.push_back({{"pid", pid}, {"command", cmd}});
-      a.push_back({{"path", f.path}, {"bytes", f.bytes}, {"holders", h}, {"leak_reason", f.leak_reason}});
+      a.push_back({{"path", f.path}, {"bytes", f.bytes}, {"holders", h}, {"leakReason", f.leak_reason}});
     }
     return a;
   };
@@ -263,24 +266,26 @@ Json DoctorToJson(const DoctorReport& r) {
   Json workloads = Json::array();
   for (const DoctorWorkload& w : r.workloads) {
     workloads.push_back(
-        {{"name", w.name}, {"pid", w.pid}, {"shm_bytes", w.bytes}, {"symptom", w.symptom}, {"source", w.source}});
+        {{"name", w.name}, {"pid", w.pid}, {"shmBytes", w.bytes}, {"symptom", w.symptom}, {"source", w.source}});
   }
-  return {{"shm",
+  return {{"schemaVersion", kJsonSchemaVersion},
+          {"shm",
            {{"path", r.shm_path},
             {"present", r.present},
-            {"size_bytes", r.size_bytes},
-            {"used_bytes", r.used_bytes},
-            {"free_bytes", r.free_bytes},
+            {"sizeBytes", r.size_bytes},
+            {"usedBytes", r.used_bytes},
+            {"freeBytes", r.free_bytes},
             {"source", r.mount_source},
             {"fstype", r.fstype},
             {"options", r.mount_options}}},
           {"ipc", {{"namespace", r.ipc_ns}, {"host", r.host_ipc}}},
           {"engine", r.engine},
-          {"in_container", r.in_container},
+          {"sizeSource", r.size_source},
+          {"inContainer", r.in_container},
           {"sysv", sysv},
           {"largest", files(r.largest)},
           {"leaked", files(r.leaked)},
-          {"memcg", {{"limit_bytes", r.memcg_limit_bytes}, {"shmem_bytes", r.memcg_shmem_bytes}}},
+          {"memcg", {{"limitBytes", r.memcg_limit_bytes}, {"shmemBytes", r.memcg_shmem_bytes}}},
           {"findings", r.findings},
           {"fixes", r.fixes},
           {"warnings", r.warnings},
@@ -306,6 +311,7 @@ std::string DoctorToText(const DoctorReport& r) {
   row("memory cgroup", "limit " + (r.memcg_limit_bytes ? FormatSize(r.memcg_limit_bytes) : std::string("none")) +
                            ", shmem charged " + FormatSize(r.memcg_shmem_bytes));
   row("engine", TermEscape(r.engine));
+  if (!r.size_source.empty()) row("size from", TermEscape(r.size_source));
   if (!r.largest.empty()) {
     o << "largest files\n";
     for (const DoctorFile& f : r.largest) {
@@ -320,7 +326,9 @@ std::string DoctorToText(const DoctorReport& r) {
   if (!r.findings.empty()) {
     for (const std::string& f : r.fixes) o << "fix: " << TermEscape(f) << "\n";
   }
-  if (r.findings.empty()) o << "ok: nothing wrong with shared memory here\n";
+  if (r.findings.empty()) {
+    o << "ok: nothing wrong with shared memory " << (r.in_container ? "in this container" : "on this host") << "\n";
+  }
   return o.str();
 }
 

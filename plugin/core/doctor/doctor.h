@@ -10,6 +10,7 @@
 
 #include "base/json.h"
 #include "base/status.h"
+#include "decide/config.h"
 #include "scan/sysv.h"
 
 namespace shmkeeper {
@@ -47,15 +48,23 @@ struct DoctorReport {
   std::vector<std::string> fixes;         // exact commands or settings for this engine
   std::vector<std::string> warnings;      // framework-specific
   std::vector<DoctorWorkload> workloads;  // once per workload, in table order of discovery
+  std::string size_source;                // which request decided the size, as far as can be told from here
 };
 
 struct DoctorOptions {
   std::string shm_path = "/dev/shm";
   std::string proc = "/proc";
-  std::string root = "/";  // for engine markers (/.dockerenv, /run/.containerenv)
+  std::string root = "/";                        // for engine markers (/.dockerenv, /run/.containerenv)
+  std::string policy_path = kDefaultConfigPath;  // on a host: the policy file the runtime reads
 };
 
+// Fills report->size_source (docs/configuration.md#precedence: a
+// SHMKEEPER_SHM_SIZE that an explicit size overrode is a finding) and, on a
+// host, a finding for an invalid policy file. REQUIRES: engine and size known.
+void ExplainSizeSource(const DoctorOptions& options, DoctorReport* report);
+
 Result<DoctorReport> RunDoctor(const DoctorOptions& options);
+// camelCase keys after "schemaVersion" (kJsonSchemaVersion), every key present.
 Json DoctorToJson(const DoctorReport& report);
 std::string DoctorToText(const DoctorReport& report);
 

@@ -62,6 +62,17 @@ struct AgentCounters {
   int64_t restored_from_quarantine = 0;
 };
 
+// What the agent knows of its policy file.
+struct ConfigFileState {
+  std::string path;                                // the file read ("" = built-in defaults)
+  bool valid = true;                               // false: the last (re)load failed and the previous policy runs on
+  std::string error;                               // the loader's line ("<path>:<line>:<col>: ...") when !valid
+  std::chrono::system_clock::time_point loaded{};  // when the running policy was read
+  int64_t reloads = 0;                             // successful reloads since start
+  int64_t reload_failures = 0;                     // reloads refused for an invalid file
+  std::string loaded_text;                         // the file's text when the running policy was read (to tell an edit)
+};
+
 class Agent {
  public:
   // `scan.reporter` (a fresh one when null) receives the errors the engine,
@@ -103,7 +114,18 @@ class Agent {
                                  const std::vector<std::string>& paths);
 
   EventHub& events() { return events_; }
-  const Config& config() const { return config_; }
+  // The running policy: a copy, as Reload may change it. Thread-safe.
+  Config config() const;
+  // Applies a policy loaded again (SIGHUP): shm.*, leaks.reclaim,
+  // agent.scanInterval and log.level take effect at once (the next scan);
+  // returns the keys (ConfigToJson paths) that changed but are read only at
+  // start (sockets, addresses, roots, leaks.grace, ...): they wait for a
+  // restart. Waits for a running scan to end. Thread-safe.
+  std::vector<std::string> Reload(const Config& next);
+  // The policy file's state as the last load or reload found it, for
+  // `shmkeeper status` and shmkeeper_config_valid. Thread-safe.
+  void SetConfigFileState(ConfigFileState state);
+  ConfigFileState config_file_state() const;
   int64_t reclaimed_total() const { return reclaimed_total_; }
   int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
   AgentCounters counters() const;
@@ -123,7 +145,9 @@ class Agent {
   void AutoReclaim(const NodeSnapshot& snap);
   void RecordReclaim(const ReclaimOutcome& out);
 
-  Config config_;
+  Config config_;  // written by Reload with scan_mu_, loop_mu_ and cfg_mu_ held
+  mutable std::mutex cfg_mu_;
+  ConfigFileState file_state_;  // guarded by cfg_mu_
   Os* os_;
   std::shared_ptr<Reporter> reporter_;
   std::mutex scan_mu_;  // one scan at a time

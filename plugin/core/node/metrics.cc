@@ -3,6 +3,8 @@
 #include <sstream>
 
 #include "base/status.h"
+#include "node/exposition.h"
+#include "shmkeeper/version.h"
 
 namespace shmkeeper {
 
@@ -35,6 +37,17 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   auto help = [&](const char* name, const char* type, const char* text) {
     o << "# HELP " << name << " " << text << "\n# TYPE " << name << " " << type << "\n";
   };
+  help("shmkeeper_build_info", "gauge", "Always 1; the agent's version and the commit it was built from.");
+  o << "shmkeeper_build_info{version=\"" << Escape(SHMKEEPER_VERSION) << "\",commit=\"" << Escape(SHMKEEPER_COMMIT)
+    << "\"} 1\n";
+  ConfigFileState cfg = agent.config_file_state();
+  help("shmkeeper_config_valid", "gauge",
+       "1 when the policy file parsed at the last load or reload (SIGHUP); 0: it is invalid and the previous policy "
+       "runs on.");
+  o << "shmkeeper_config_valid " << (cfg.valid ? 1 : 0) << "\n";
+  help("shmkeeper_config_last_reload_success_timestamp_seconds", "gauge", "Unix time the running policy was read.");
+  o << "shmkeeper_config_last_reload_success_timestamp_seconds "
+    << PromFloat(std::chrono::duration<double>(cfg.loaded.time_since_epoch()).count()) << "\n";
   help("shmkeeper_up", "gauge", "1 once the agent has completed a scan.");
   o << "shmkeeper_up " << (snap ? 1 : 0) << "\n";
   help("shmkeeper_reclaimed_segments_total", "counter", "Segments reclaimed by the agent.");
@@ -81,12 +94,12 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_quarantine_restored_total " << c.restored_from_quarantine << "\n";
   if (!snap) return o.str();
   help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
-  o << "shmkeeper_scan_duration_seconds " << std::chrono::duration<double>(snap->duration).count() << "\n";
+  o << "shmkeeper_scan_duration_seconds " << PromFloat(std::chrono::duration<double>(snap->duration).count()) << "\n";
   help("shmkeeper_scans_total", "counter", "Full scans completed.");
   o << "shmkeeper_scans_total " << snap->scans << "\n";
   help("shmkeeper_last_scan_timestamp_seconds", "gauge", "Unix time of the last completed scan.");
-  o << "shmkeeper_last_scan_timestamp_seconds " << std::chrono::duration<double>(snap->time.time_since_epoch()).count()
-    << "\n";
+  o << "shmkeeper_last_scan_timestamp_seconds "
+    << PromFloat(std::chrono::duration<double>(snap->time.time_since_epoch()).count()) << "\n";
   help("shmkeeper_node_shm_size_bytes", "gauge", "Size of the host's /dev/shm.");
   o << "shmkeeper_node_shm_size_bytes " << snap->host_shm_size_bytes << "\n";
   help("shmkeeper_node_shm_used_bytes", "gauge", "Used bytes of the host's /dev/shm.");

@@ -1,0 +1,106 @@
+"""The CLI's machine output against a real private agent watching two host
+tmpfs "pods", one idle (empty) and one busy (a file held by a process):
+every verb's `-o json` starts with schemaVersion, uses camelCase keys, and
+has every key of its golden shape present with zeros included (an idle pod's
+usedBytes is "0", not missing); `reclaim` of a segment the agent does not
+know exits 1 with the reason."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from harness import AGENTD, AgentProcess, HostTmpfs, require, wait_for
+
+MiB = 1 << 20
+CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
+
+# The golden key sets: what scripts may rely on (a key may be added, never removed or renamed).
+STATUS_NODE = {"hostname", "hostShmSizeBytes", "hostShmUsedBytes", "podsShmUsedBytes", "leakedBytes", "podCount",
+               "policy", "agentVersion", "lastScanTime", "lastScanDuration", "scans", "unheldBytes", "configFile"}
+POLICY = {"shmDefaultBytes", "shmMaxBytes", "shmOverMax", "leaksReclaim", "leaksGrace", "scanInterval"}
+CONFIG_FILE = {"path", "loadedTime", "reloadFailed", "onDisk", "onDiskError", "reloads"}
+POD_SOME = {"uid", "namespace", "name", "kind", "containers", "shm", "leakedBytes", "unheldBytes", "labels",
+            "annotations", "shmCountedElsewhere"}  # a subset every pod has
+SHM_USAGE = {"sizeBytes", "usedBytes", "files", "unlinkedBytes", "sysvBytes", "sysvSegments", "memcgShmemBytes",
+             "requestedBytes", "requestedSource", "peakUsedBytes", "sizedBy", "memoryLimitBytes"}
+
+
+def keys(obj, path=""):
+    """Every key of a JSON document, with its path."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield f"{path}.{k}", k
+            yield from keys(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from keys(v, f"{path}[{i}]")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    require(os.geteuid() == 0, "needs root (mounts a tmpfs)")
+    require(AGENTD.exists(), f"shmkeeperd not built at {AGENTD}")
+    base = tmp_path_factory.mktemp("clijson")
+    idle, busy = HostTmpfs(base / "idle", 8 * MiB), HostTmpfs(base / "busy", 8 * MiB)
+    busy.fill("data", 2 * MiB)
+    holder = subprocess.Popen(["sh", "-c", f"exec 3<{busy.path}/data; exec sleep 600"])  # one process: kill ends it
+    agent = None
+    try:
+        agent = AgentProcess.watching(base, [idle.path, busy.path]).start()
+        wait_for(lambda: len(agent.json("pods")["pods"]) == 2, timeout=10, what="both pods")
+        yield agent, idle, busy
+    finally:
+        holder.kill()
+        holder.wait()
+        if agent:
+            agent.stop()
+        idle.umount()
+        busy.umount()
+
+
+def check_style(doc):
+    assert list(doc)[0] == "schemaVersion" and doc["schemaVersion"] == "shmkeeper.io/v1", list(doc)[:3]
+    bad = [p for p, k in keys(doc) if not CAMEL.match(k)]
+    assert bad == [], bad
+
+
+def test_status(stack):
+    agent, _, _ = stack
+    doc = agent.json("status")
+    check_style(doc)
+    node = doc["node"]
+    assert STATUS_NODE <= set(node), STATUS_NODE - set(node)
+    assert POLICY <= set(node["policy"]) and CONFIG_FILE <= set(node["configFile"])
+    assert node["leakedBytes"] == "0" and node["configFile"]["reloadFailed"] is False  # zeros present
+
+
+def test_pods_idle_and_busy(stack):
+    agent, idle, busy = stack
+    doc = agent.json("pods")
+    check_style(doc)
+    pods = {p["name"]: p for p in doc["pods"]}
+    i, b = pods[str(idle.path)], pods[str(busy.path)]
+    assert set(i) == set(b), set(i) ^ set(b)  # an idle pod has every key a busy one has
+    assert POD_SOME <= set(i), POD_SOME - set(i)
+    assert SHM_USAGE <= set(i["shm"]) and set(i["shm"]) == set(b["shm"]), SHM_USAGE - set(i["shm"])
+    assert i["shm"]["usedBytes"] == "0" and i["shm"]["files"] == 0 and int(b["shm"]["usedBytes"]) >= 2 * MiB
+
+
+def test_leaks_and_reclaim_with_nothing_to_do(stack):
+    agent, _, _ = stack
+    for verb in (["leaks"], ["reclaim"]):
+        doc = agent.json(*verb)
+        check_style(doc)
+    assert agent.json("reclaim")["freedBytes"] == "0"
+
+
+def test_reclaim_of_an_unknown_segment_exits_1_with_a_reason(stack):
+    agent, _, busy = stack
+    for args in (["reclaim", "--yes", "/dev/shm/no-such-segment"], ["reclaim", "--yes", f"{busy.path}/data"]):
+        p = agent.cli(*args, check=False)
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert "not a leaked segment the agent knows: " + args[-1] in p.stderr, p.stderr
+    assert (busy.path / "data").exists()  # held: kept
