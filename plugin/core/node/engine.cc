@@ -236,6 +236,8 @@ void Agent::Loop() {
   std::unique_lock<std::mutex> l(loop_mu_);
   auto last = Steady::now();
   auto next_audit = last + config_.agent.audit_interval;
+  constexpr auto kOverflowWalkGap = std::chrono::seconds(10);
+  auto last_overflow_walk = Steady::time_point{};
   while (!stop_) {
     auto wait = std::chrono::duration_cast<Steady::duration>(config_.agent.scan_interval);
     if (observer_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - Steady::now()));
@@ -250,7 +252,11 @@ void Agent::Loop() {
     const char* reason = "scan";
     if (observer_) {
       depth = ScanDepth::kObserve;
-      if (observer_->TakeOverflow()) {
+      // Lost events make every cached verdict stale, so scans re-probe every
+      // file until then; the walk (pids, O_PATH holders) runs at most once
+      // per kOverflowWalkGap, so that a flood of opens cannot buy a walk a second.
+      if (Steady::now() - last_overflow_walk >= kOverflowWalkGap && observer_->TakeOverflow()) {
+        last_overflow_walk = Steady::now();
         depth = ScanDepth::kWalk;
         reason = "overflow";
       } else if (Steady::now() >= next_audit) {
@@ -304,6 +310,8 @@ void Agent::ScanLocked(ScanDepth depth, const char* reason) {
   std::vector<CriSandbox> sandboxes;
   if (reconciler_.list_sandboxes) sandboxes = Reconcile();
   WarnOnce(RuntimeRootWarnings(runtime_roots_));
+  // A walk audits the observer's state: events queued until now first.
+  if (observer_ && depth == ScanDepth::kWalk) observer_->Drain();
   NodeSnapshot snap = scanner_.Scan(depth);
   if (snap.walked) {
     std::lock_guard<std::mutex> l(counters_mu_);

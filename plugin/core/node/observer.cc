@@ -147,7 +147,8 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
   Use fresh = Check(dir_fd, name, key);
   if (reporter_ && settled && *settled != fresh.held) {
     // A real change between the last event and now would have made it
-    // dirty: the event-derived verdict was wrong.
+    // dirty (once its event is read): the event-derived verdict was wrong.
+    Drain();
     bool again_dirty = false;
     {
       std::lock_guard<std::mutex> l(mu_);
