@@ -230,27 +230,29 @@ def preload():
 
     results = {}
     try:
-        for observer in ("scan", "fanotify"):
+        # (label, agent mode, the workload's event socket: "" = no datagrams, only fanotify's events)
+        for label, observer, sock in (("scan", "scan", ev), ("fanotify", "fanotify", ev),
+                                      ("fanotify, no datagrams", "fanotify", tmp / "none.sock")):
             agent = start_bench_agent(tmp, ["/dev/shm"], observer, event_socket=ev)
             try:
                 ratios, agent_share, scans = [], [], []
                 for _ in range(rounds):
                     plain = workload({})
                     w0, c0 = walks(agent), agent_cpu(agent.proc.pid)
-                    with_agent = workload({"LD_PRELOAD": lib, "SHMKEEPER_EVENT_SOCKET": str(ev)})
+                    with_agent = workload({"LD_PRELOAD": lib, "SHMKEEPER_EVENT_SOCKET": str(sock)})
                     time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
                     a = agent_cpu(agent.proc.pid) - c0
                     ratios.append((with_agent + a) / plain)
                     agent_share.append(a / plain)
                     scans.append(walks(agent) - w0)
-                results[observer] = (statistics.median(ratios), statistics.median(agent_share),
+                results[label] = (statistics.median(ratios), statistics.median(agent_share),
                                      statistics.median(scans))
             finally:
                 agent.stop()
         print(f"shm cycle x {cycles} with the preload and the agent listening, median of {rounds} rounds:")
-        print(f"{'agent mode':<12}{'(workload+agent)/plain':>24}{'agent/plain':>14}{'walks':>8}")
-        for observer, (r, a, w) in results.items():
-            print(f"{observer:<12}{r:>24.3f}{a:>14.3f}{w:>8.0f}")
+        print(f"{'agent mode':<24}{'(workload+agent)/plain':>24}{'agent/plain':>14}{'walks':>8}")
+        for label, (r, a, w) in results.items():
+            print(f"{label:<24}{r:>24.3f}{a:>14.3f}{w:>8.0f}")
     finally:
         subprocess.run(["rm", "-rf", str(tmp)])
 
