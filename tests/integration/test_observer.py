@@ -10,7 +10,9 @@ tmpfs mounts, real processes, real kernel.
 - start-up with files already held: correct from the first snapshot;
 - a queue overflow (agent stopped while 20,000 files are opened): counted,
   followed by a walk of /proc, no wrong verdict afterwards;
-- the forced fallback reports mode scan and keeps the verdicts.
+- the forced fallback reports mode scan and keeps the verdicts;
+- an O_PATH holder (the lease probe's blind spot): judged leaked by the
+  observer, kept by reclaim's final walk, counted by the audit (walk_only).
 Tests wait on the agent's counters (scans, walks), not on fixed sleeps.
 """
 import os
@@ -199,3 +201,31 @@ def test_forced_fallback_keeps_verdicts(tmp_path, shm):
     finally:
         agent.stop()
         holder.kill()
+
+
+def test_o_path_holder_is_the_probes_blind_spot_and_the_walks_catch_it(tmp_path, shm):
+    """An O_PATH descriptor takes no part in leases: the observer calls the
+    file unheld (positive control: it becomes `leaked`), the audit's walk
+    counts the disagreement, and reclaim's final walk keeps the file."""
+    _, (f,) = make_leaks(shm, 1, "opath")
+    holder = subprocess.Popen([sys.executable, "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_PATH); "
+                               "print('ready', flush=True); time.sleep(120)", str(f)], stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    cfg = config(tmp_path / "agent", shm).replace("  scanInterval:", "  auditInterval: 8s\n  scanInterval:", 1)
+    agent = start_agent(tmp_path / "agent", cfg)
+    try:
+        wait_for(lambda: leaks_by_path(agent).get(str(f), {}).get("reclaimable"), timeout=20,
+                 what="the O_PATH-held file judged leaked by the observer")
+        out = agent.json("reclaim", "--yes")
+        assert not out.get("reclaimed"), out
+        assert f.exists()
+        assert metric(agent, "shmkeeper_reclaim_kept_total", 'reason="held"') >= 1
+        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="audit"') >= 1, timeout=30,
+                 what="an audit walk")
+        assert metric(agent, "shmkeeper_observer_audit_disagreements_total", 'kind="walk_only"') >= 1
+        assert metric(agent, "shmkeeper_observer_audit_disagreements_total", 'kind="missed_event"') == 0
+    finally:
+        agent.stop()
+        holder.kill()
+        holder.wait()
