@@ -21,15 +21,6 @@ uint64_t FsidOf(const __kernel_fsid_t& f) {
   return (static_cast<uint64_t>(a) << 32) | b;
 }
 
-// tmpfs encodes a file handle as {generation, ino low, ino high}, type 1
-// (FILEID_INO32_GEN layout, shmem_encode_fh). Anything else: 0 (unknown).
-ino_t TmpfsIno(const file_handle* h) {
-  if (h->handle_type != 1 || h->handle_bytes != 12) return 0;
-  uint32_t w[3];
-  std::memcpy(w, h->f_handle, sizeof w);
-  return static_cast<ino_t>(w[1]) | (static_cast<ino_t>(w[2]) << 32);
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Fanotify>> Fanotify::Open() {
@@ -67,33 +58,45 @@ bool Fanotify::Read(const std::function<void(const FanEvent&)>& fn) {
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     if (n == 0) return true;
     std::lock_guard<std::mutex> l(mu_);
-    auto* m = reinterpret_cast<fanotify_event_metadata*>(buf);
-    for (; FAN_EVENT_OK(m, n); m = FAN_EVENT_NEXT(m, n)) {
-      if (m->vers != FANOTIFY_METADATA_VERSION) return false;
+    // Records are only 4-byte aligned (FID info records are padded to 4), so
+    // every structure is copied out of the buffer, never accessed in place.
+    size_t total = static_cast<size_t>(n);
+    for (size_t at = 0; at + sizeof(fanotify_event_metadata) <= total;) {
+      fanotify_event_metadata m;
+      std::memcpy(&m, buf + at, sizeof m);
+      if (m.vers != FANOTIFY_METADATA_VERSION) return false;
+      if (m.event_len < sizeof m || at + m.event_len > total) break;
       FanEvent e;
-      e.pid = m->pid;
-      e.mask = m->mask;
-      if (m->mask & FAN_Q_OVERFLOW) {
+      e.pid = m.pid;
+      e.mask = m.mask;
+      if (m.mask & FAN_Q_OVERFLOW) {
         e.overflow = true;
-        fn(e);
-        continue;
-      }
-      // Info records follow the metadata: the first FID record names the object.
-      size_t off = m->metadata_len;
-      while (off + sizeof(fanotify_event_info_header) <= m->event_len) {
-        auto* hdr = reinterpret_cast<fanotify_event_info_header*>(reinterpret_cast<char*>(m) + off);
-        if (hdr->len == 0) break;
-        if (hdr->info_type == FAN_EVENT_INFO_TYPE_FID &&
-            off + sizeof(fanotify_event_info_fid) + sizeof(file_handle) <= m->event_len) {
-          auto* fid = reinterpret_cast<fanotify_event_info_fid*>(hdr);
-          auto it = fsids_.find(FsidOf(fid->fsid));
-          e.dev = it == fsids_.end() ? 0 : it->second;
-          e.ino = TmpfsIno(reinterpret_cast<const file_handle*>(fid->handle));
-          break;
+      } else {
+        // Info records follow the metadata: the first FID record names the object.
+        for (size_t off = m.metadata_len; off + sizeof(fanotify_event_info_header) <= m.event_len;) {
+          fanotify_event_info_header hdr;
+          std::memcpy(&hdr, buf + at + off, sizeof hdr);
+          if (hdr.len == 0 || off + hdr.len > m.event_len) break;
+          constexpr size_t kFid = sizeof(fanotify_event_info_fid);
+          if (hdr.info_type == FAN_EVENT_INFO_TYPE_FID && hdr.len >= kFid + sizeof(file_handle)) {
+            fanotify_event_info_fid fid;
+            std::memcpy(&fid, buf + at + off, kFid);
+            file_handle fh;
+            std::memcpy(&fh, buf + at + off + kFid, sizeof fh);
+            auto it = fsids_.find(FsidOf(fid.fsid));
+            e.dev = it == fsids_.end() ? 0 : it->second;
+            if (fh.handle_type == 1 && fh.handle_bytes == 12 && hdr.len >= kFid + sizeof fh + 12) {
+              uint32_t w[3];  // tmpfs: {generation, ino low, ino high} (shmem_encode_fh)
+              std::memcpy(w, buf + at + off + kFid + sizeof fh, sizeof w);
+              e.ino = static_cast<ino_t>(w[1]) | (static_cast<ino_t>(w[2]) << 32);
+            }
+            break;
+          }
+          off += hdr.len;
         }
-        off += hdr->len;
       }
       fn(e);
+      at += m.event_len;
     }
   }
 }
