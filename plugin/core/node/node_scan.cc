@@ -386,6 +386,21 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
       h.unheld = false;
       held_files->held.insert(f.key);
       if (use && !walked_dev) held_files->observed_pids[f.key] = use->pids;
+      if (walk_held) {
+        h.hidden_reason.clear();
+      } else if (use && use->probed_now) {
+        // The kernel says held and no walk saw a process: is any process
+        // seen using it a holder? If not, a reference /proc does not show
+        // holds it (decided once per probe, not per scan).
+        bool shown = std::any_of(use->pids.begin(), use->pids.end(),
+                                 [&](pid_t pid) { return ProcessHolds(pid, f.key, opts_.proc); });
+        h.hidden_reason.clear();
+        if (!shown) {
+          std::vector<FileRef> kernel = view->Refs().Of(f.key, f.path);
+          h.hidden_reason = kernel.empty() ? "lease" : kernel.front().kind == FileRef::kMount ? "mount" : "loop_device";
+        }
+      }
+      if (!h.hidden_reason.empty()) snap->kept_by_reason[h.hidden_reason]++;
       continue;
     }
     // Unheld by every process: the references /proc does not show (read

@@ -210,6 +210,10 @@ class Scanner {
     std::chrono::steady_clock::time_point first_unheld{};
     bool unheld = false;
     std::chrono::steady_clock::time_point last_seen{};
+    // Held by the observer's probe with no process showing it (a loop
+    // device, a mount, an io_uring fixed file): the reason counted in
+    // kept_by_reason, decided when it was probed.
+    std::string hidden_reason;
   };
   struct Clock {
     std::chrono::steady_clock::time_point now;

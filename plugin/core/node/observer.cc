@@ -130,7 +130,9 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
   in.probed = true;
   in.held = !held.ok() || *held;
   if (!held.ok()) in.dirty = true;
-  return UseLocked(in, key.dev);
+  Use u = UseLocked(in, key.dev);
+  u.probed_now = true;
+  return u;
 }
 
 Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey& key, bool walk_held) {

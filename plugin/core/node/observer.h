@@ -90,6 +90,7 @@ class Observer {
     // later); none when nothing happened to it since the agent started.
     std::optional<Clock::time_point> last_activity;
     std::vector<pid_t> pids;  // processes seen opening or closing it (at most 8, newest last)
+    bool probed_now = false;  // this answer is a fresh probe (else the cached verdict)
   };
   // The file's use now: the last probe's verdict when no event touched it
   // since, else a fresh probe of `name` below `dir_fd`. A probe that fails is
