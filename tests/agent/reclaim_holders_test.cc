@@ -5,6 +5,9 @@
 // the reclaim, fds taken with pidfd_getfd(2), and quarantine names planted
 // by users or by another agent. Each segment is named torch_<dead pid>_…, so the scan calls
 // it leaked whenever it sees no holder: only the protocol keeps it.
+// Every test runs twice: against the scan mode (every scan walks /proc) and
+// against a started agent whose observer (fanotify + lease probes) judges
+// the files (issue 23): the event-driven state must not weaken reclaim.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -37,7 +40,7 @@ pid_t DeadPid() {
   return pid;
 }
 
-class ReclaimHoldersTest : public ::testing::Test {
+class ReclaimHoldersTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     char tmpl[] = "/dev/shm/shmk-holders-XXXXXX";
@@ -51,7 +54,13 @@ class ReclaimHoldersTest : public ::testing::Test {
     scan.docker_socket = "";
     scan.host_shm_dirs = {dir_};
     scan.grace = config.leaks.grace;
+    config.agent.event_socket = "";
+    config.agent.observe = GetParam();
     agent_ = std::make_unique<Agent>(config, scan);
+    if (GetParam()) {
+      ASSERT_TRUE(agent_->Start().ok());
+      ASSERT_STREQ(agent_->observer_mode(), "fanotify");
+    }
   }
   void TearDown() override {
     for (pid_t p : children_) {
@@ -124,7 +133,7 @@ class ReclaimHoldersTest : public ::testing::Test {
 
 void Ready(int fd) { (void)!::write(fd, "x", 1); }
 
-TEST_F(ReclaimHoldersTest, ThreadWithPrivateFdTable) {
+TEST_P(ReclaimHoldersTest, ThreadWithPrivateFdTable) {
   std::string f = Make("private");
   Spawn([&](int ready) {
     std::thread t([&] {
@@ -143,7 +152,7 @@ TEST_F(ReclaimHoldersTest, ThreadWithPrivateFdTable) {
   EXPECT_FALSE(Exists(f));
 }
 
-TEST_F(ReclaimHoldersTest, ZombieLeaderWithAWorkerHoldingIt) {
+TEST_P(ReclaimHoldersTest, ZombieLeaderWithAWorkerHoldingIt) {
   std::string f = Make("zombie");
   pid_t pid = Spawn([&](int ready) {
     static int ready_fd;
@@ -176,7 +185,7 @@ TEST_F(ReclaimHoldersTest, ZombieLeaderWithAWorkerHoldingIt) {
   EXPECT_TRUE(Exists(f));
 }
 
-TEST_F(ReclaimHoldersTest, MappingWithItsFdClosed) {
+TEST_P(ReclaimHoldersTest, MappingWithItsFdClosed) {
   std::string f = Make("mapped");
   Spawn([&](int ready) {
     int fd = ::open(f.c_str(), O_RDONLY);
@@ -189,7 +198,7 @@ TEST_F(ReclaimHoldersTest, MappingWithItsFdClosed) {
   EXPECT_TRUE(Exists(f));
 }
 
-TEST_F(ReclaimHoldersTest, FdInFlightInAUnixSocket) {
+TEST_P(ReclaimHoldersTest, FdInFlightInAUnixSocket) {
   std::string f = Make("inflight");
   Spawn([&](int ready) {
     int sv[2];
@@ -216,7 +225,7 @@ TEST_F(ReclaimHoldersTest, FdInFlightInAUnixSocket) {
   EXPECT_TRUE(Exists(f));
 }
 
-TEST_F(ReclaimHoldersTest, OPathDescriptor) {
+TEST_P(ReclaimHoldersTest, OPathDescriptor) {
   std::string f = Make("opath");
   Spawn([&](int ready) {
     if (::open(f.c_str(), O_PATH) < 0) ::_exit(4);
@@ -226,7 +235,7 @@ TEST_F(ReclaimHoldersTest, OPathDescriptor) {
   EXPECT_TRUE(Exists(f));
 }
 
-TEST_F(ReclaimHoldersTest, ForkRelay) {
+TEST_P(ReclaimHoldersTest, ForkRelay) {
   std::string f = Make("relay");
   Spawn([&](int ready) {
     int fd = ::open(f.c_str(), O_RDWR);
@@ -247,7 +256,7 @@ TEST_F(ReclaimHoldersTest, ForkRelay) {
 
 // Opens by name while reclaim runs in a loop: an open must never return a
 // file that reclaim has already unlinked.
-TEST_F(ReclaimHoldersTest, ReopenStormNeverGetsARemovedFile) {
+TEST_P(ReclaimHoldersTest, ReopenStormNeverGetsARemovedFile) {
   constexpr int kFiles = 400;
   std::vector<std::string> files;
   for (int i = 0; i < kFiles; ++i) files.push_back(Make(std::to_string(i), 4096));
@@ -284,7 +293,7 @@ TEST_F(ReclaimHoldersTest, ReopenStormNeverGetsARemovedFile) {
   EXPECT_EQ(removed, static_cast<size_t>(kFiles)) << "every file is a true leak once the opener is done";
 }
 
-TEST_F(ReclaimHoldersTest, InterruptedQuarantineIsRestoredByTheNextScan) {
+TEST_P(ReclaimHoldersTest, InterruptedQuarantineIsRestoredByTheNextScan) {
   std::string f = Make("q");
   std::string base = f.substr(f.rfind('/') + 1);
   std::string hidden = dir_ + "/.shmkeeper-reclaim." + base;
@@ -296,7 +305,7 @@ TEST_F(ReclaimHoldersTest, InterruptedQuarantineIsRestoredByTheNextScan) {
 
 // The only holder took the fd from the process that opened it (pidfd_getfd)
 // before that process died: an ordinary fd in the thief's table.
-TEST_F(ReclaimHoldersTest, FdTakenWithPidfdGetfd) {
+TEST_P(ReclaimHoldersTest, FdTakenWithPidfdGetfd) {
   std::string f = Make("getfd");
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
@@ -324,7 +333,7 @@ TEST_F(ReclaimHoldersTest, FdTakenWithPidfdGetfd) {
 
 // Another agent's quarantine name (its identity in the name) may belong to a
 // claim in progress: a scan leaves it alone while it is fresh.
-TEST_F(ReclaimHoldersTest, AnotherAgentsFreshQuarantineNameIsLeftAlone) {
+TEST_P(ReclaimHoldersTest, AnotherAgentsFreshQuarantineNameIsLeftAlone) {
   std::string f = Make("foreign");
   std::string base = f.substr(f.rfind('/') + 1);
   std::string hidden = dir_ + "/.shmkeeper-reclaim.0badc0de." + base;
@@ -337,7 +346,7 @@ TEST_F(ReclaimHoldersTest, AnotherAgentsFreshQuarantineNameIsLeftAlone) {
 // A privileged container plants trusted.shmkeeper.name on a quarantine file:
 // naming another file (held) never replaces it; naming a quarantine name is
 // refused (no rename loop).
-TEST_F(ReclaimHoldersTest, PlantedNameXattrNeverCostsAFile) {
+TEST_P(ReclaimHoldersTest, PlantedNameXattrNeverCostsAFile) {
   std::string victim = Make("victim");
   struct stat before;
   ASSERT_EQ(::stat(victim.c_str(), &before), 0);
@@ -358,6 +367,8 @@ TEST_F(ReclaimHoldersTest, PlantedNameXattrNeverCostsAFile) {
   EXPECT_FALSE(Exists(dir_ + "/" + q)) << "a quarantine name from the xattr was used";
   EXPECT_TRUE(Exists(looping));
 }
+INSTANTIATE_TEST_SUITE_P(Modes, ReclaimHoldersTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Observed" : "Scanned"; });
 
 }  // namespace
 }  // namespace shmkeeper

@@ -8,6 +8,20 @@ time (median of its own measurements), its RSS and steady-state CPU, GetPod
 latency from the snapshot (p50/p99), and the time `lsof +D` takes to find
 the holders of the same files. Run as root.
 Usage: bench_agent.py [NPROCS] [FILES_PER_PROC] [LEAKED]
+
+  bench_agent.py scaling [SECONDS] [SIZES]   (issue 23)
+Agent CPU (% of one core, measured over SECONDS, default 20) on a node with
+SIZES (default 500,1000,2000,4000) extra idle processes, idle and under churn
+(a file created, held 200 ms, removed, 5 times a second), the scan mode
+(agent.observer: scan, today's agent) beside the fanotify observer, in one
+run, interleaved; the default scanInterval (10 s). Also the /proc walks each
+made.
+
+  bench_agent.py preload [ROUNDS] [CYCLES]   (issue 23)
+The preload's shm_open/ftruncate/mmap/munmap/shm_unlink cycle (shmgrow bench)
+on the host /dev/shm with the agent listening (event socket, /dev/shm
+watched): (workload CPU + agent CPU) / the plain program's CPU, scan mode
+beside observer, medians over ROUNDS.
 """
 import json
 import os
@@ -21,9 +35,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
 
-NPROCS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-PER = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-LEAKED = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+MODE = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in ("scaling", "preload") else ""
+NPROCS = int(sys.argv[1]) if len(sys.argv) > 1 and not MODE else 2000
+PER = int(sys.argv[2]) if len(sys.argv) > 2 and not MODE else 10
+LEAKED = int(sys.argv[3]) if len(sys.argv) > 3 and not MODE else 1000
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -100,5 +115,152 @@ agent:
         subprocess.run(["rm", "-rf", str(tmp)])
 
 
+def agent_cpu(pid):
+    return cpu_seconds(pid)
+
+
+def start_bench_agent(tmp, shm_dirs, observer, event_socket=""):
+    base = Path(tempfile.mkdtemp(prefix=f"agent-{observer}-", dir=tmp))
+    return harness.AgentProcess(base, f"""
+agent:
+  socket: {base}/agent.sock
+  eventSocket: "{event_socket}"
+  metricsAddress: "127.0.0.1:0"
+  scanInterval: 10s
+  observer: {observer}
+  runtimeRoots: []
+  dockerSocket: ""
+  hostShmDirs: [{", ".join(str(d) for d in shm_dirs)}]
+""").start()
+
+
+def walks(agent):
+    return sum(v for k, v in agent.metrics().items() if k.startswith("shmkeeper_proc_walks_total"))
+
+
+class Churn:
+    """A file created, held 200 ms, removed, 5 times a second (a thread of this process)."""
+
+    def __init__(self, shm):
+        import threading
+        self.shm, self.n, self.stop_ = shm, 0, threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop_.is_set():
+            p = self.shm / f"churn_{self.n}"
+            fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600)
+            os.write(fd, b"c" * 4096)
+            time.sleep(0.2)
+            os.close(fd)
+            os.unlink(p)
+            self.n += 1
+            time.sleep(0.0)
+
+    def stop(self):
+        self.stop_.set()
+        self.t.join()
+
+
+def scaling():
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 20
+    sizes = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "500,1000,2000,4000").split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="shmk-benchscale-"))
+    shm = tmp / "shm"
+    shm.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "benchshm", str(shm)], check=True)
+    rows, sleepers = [], []
+    try:
+        for n in sizes:
+            have = sum(1 for _ in sleepers)
+            if n > have:
+                p = subprocess.Popen([str(harness.BUILD / "tests" / "holders"), "sleepers", "-n", str(n - have)],
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+                assert p.stdout.readline().startswith("ready")
+                sleepers.extend([p] * (n - have))
+            procs = sum(1 for d in os.listdir("/proc") if d.isdigit())
+            row = {"n": n, "procs": procs}
+            for load in ("idle", "churn"):
+                for observer in ("scan", "fanotify"):
+                    agent = start_bench_agent(tmp, [shm], observer)
+                    churn = None
+                    try:
+                        time.sleep(1)
+                        churn = Churn(shm) if load == "churn" else None
+                        w0, c0, t0 = walks(agent), agent_cpu(agent.proc.pid), time.time()
+                        time.sleep(seconds)
+                        cpu = 100 * (agent_cpu(agent.proc.pid) - c0) / (time.time() - t0)
+                        row[(load, observer)] = (cpu, walks(agent) - w0)
+                    finally:
+                        if churn:
+                            churn.stop()
+                        agent.stop()
+            rows.append(row)
+            print(f"{n} idle processes done ({procs} on the node)", flush=True)
+        print(f"agent CPU, % of one core over {seconds:.0f}s (walks of /proc in that time), scanInterval 10s")
+        print(f"{'processes':>10} | {'idle: scan':>16} {'fanotify':>16} | {'churn 5/s: scan':>16} {'fanotify':>16}")
+        for r in rows:
+            cells = [f"{r[(l, o)][0]:>10.3f}% ({r[(l, o)][1]:>2.0f})" for l in ("idle", "churn")
+                     for o in ("scan", "fanotify")]
+            print(f"{r['procs']:>10} | {cells[0]:>16} {cells[1]:>16} | {cells[2]:>16} {cells[3]:>16}")
+    finally:
+        for p in {id(p): p for p in sleepers}.values():
+            p.terminate()
+            p.wait()
+        subprocess.run(["umount", "-l", str(shm)])
+        subprocess.run(["rm", "-rf", str(tmp)])
+
+
+def preload():
+    import resource
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    cycles = sys.argv[3] if len(sys.argv) > 3 else "20000"
+    lib = str(harness.BUILD / "plugin" / "libshmkeeper-preload.so")
+    tmp = Path(tempfile.mkdtemp(prefix="shmk-benchpre-"))
+    tmp.chmod(0o755)
+    ev = tmp / "events.sock"
+
+    def workload(env):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([str(harness.SHMGROW), "bench", cycles], env=dict(os.environ, **env), check=True,
+                       capture_output=True)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+    results = {}
+    try:
+        # (label, agent mode, the workload's event socket: "" = no datagrams, only fanotify's events)
+        for label, observer, sock in (("scan", "scan", ev), ("fanotify", "fanotify", ev),
+                                      ("fanotify, no datagrams", "fanotify", tmp / "none.sock")):
+            agent = start_bench_agent(tmp, ["/dev/shm"], observer, event_socket=ev)
+            try:
+                ratios, agent_share, scans = [], [], []
+                for _ in range(rounds):
+                    plain = workload({})
+                    w0, c0 = walks(agent), agent_cpu(agent.proc.pid)
+                    with_agent = workload({"LD_PRELOAD": lib, "SHMKEEPER_EVENT_SOCKET": str(sock)})
+                    time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
+                    a = agent_cpu(agent.proc.pid) - c0
+                    ratios.append((with_agent + a) / plain)
+                    agent_share.append(a / plain)
+                    scans.append(walks(agent) - w0)
+                results[label] = (statistics.median(ratios), statistics.median(agent_share),
+                                     statistics.median(scans))
+            finally:
+                agent.stop()
+        print(f"shm cycle x {cycles} with the preload and the agent listening, median of {rounds} rounds:")
+        print(f"{'agent mode':<24}{'(workload+agent)/plain':>24}{'agent/plain':>14}{'walks':>8}")
+        for label, (r, a, w) in results.items():
+            print(f"{label:<24}{r:>24.3f}{a:>14.3f}{w:>8.0f}")
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp)])
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "scaling":
+        scaling()
+    elif len(sys.argv) > 1 and sys.argv[1] == "preload":
+        preload()
+    else:
+        main()

@@ -138,6 +138,20 @@ const Field kFields[] = {
        SHMK_ASSIGN_OR_RETURN(c->agent.scan_interval, ParseDuration(text));
        return Status::Ok();
      }},
+    {"agent.observer",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+       if (text != "fanotify" && text != "scan") return Status::Invalid("must be fanotify or scan");
+       c->agent.observe = text == "fanotify";
+       return Status::Ok();
+     }},
+    {"agent.auditInterval",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+       SHMK_ASSIGN_OR_RETURN(c->agent.audit_interval, ParseDuration(text));
+       if (c->agent.audit_interval.count() <= 0) return Status::Invalid("must be positive");
+       return Status::Ok();
+     }},
     {"agent.metricsAddress", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics_address); }},
     {"agent.runtimeRoots", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.runtime_roots); }},
     {"agent.dockerSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.docker_socket); }},
@@ -326,6 +340,8 @@ nlohmann::json ConfigToJson(const Config& c) {
       {"agent",
        {{"socket", c.agent.socket},
         {"scanInterval", std::to_string(c.agent.scan_interval.count()) + "ms"},
+        {"observer", c.agent.observe ? "fanotify" : "scan"},
+        {"auditInterval", std::to_string(c.agent.audit_interval.count()) + "ms"},
         {"metricsAddress", c.agent.metrics_address},
         {"runtimeRoots", c.agent.runtime_roots},
         {"dockerSocket", c.agent.docker_socket},

@@ -49,8 +49,17 @@ struct Config {
   struct Agent {
     // agent.socket: the gRPC unix socket (mode 0660, root).
     std::string socket = "/run/shmkeeper/agent.sock";
-    // agent.scanInterval: time between full scans ("10s", "500ms", "1m").
+    // agent.scanInterval: time between scans ("10s", "500ms", "1m"). With
+    // the fanotify observer a periodic scan re-reads the pods' directories and
+    // asks the observer; it does not walk /proc.
     std::chrono::milliseconds scan_interval{10000};
+    // agent.observer: how holders are learnt. fanotify (default): kernel
+    // events and lease probes, falling back to scan when fanotify is
+    // unavailable; scan: walk /proc on every scan (forced).
+    bool observe = true;
+    // agent.auditInterval: with the observer, how often a scan walks /proc
+    // anyway and counts where the two disagree (docs/agent.md).
+    std::chrono::milliseconds audit_interval{600000};
     // agent.metricsAddress: HTTP /metrics, /healthz, /readyz ("" = off).
     std::string metrics_address = "0.0.0.0:9731";
     // agent.runtimeRoots: runc/crun state directories to discover containers

@@ -121,6 +121,19 @@ Status Agent::Start() {
     events = receiver_->Start().WithContext("event socket");
     if (!events.ok()) receiver_.reset();
   }
+  if (config_.agent.observe) {
+    observer_ = std::make_unique<Observer>([this] { Poke(); }, [this] { Poke(); }, reporter_.get());
+    if (Status observing = observer_->Start(); !observing.ok()) {
+      log_(LogLevel::kWarn, "fanotify is unavailable (" + observing.message() +
+                                "): falling back to scanning /proc for holders on every scan (see "
+                                "docs/agent.md#kernel-requirements)");
+      observer_.reset();
+    } else {
+      scanner_.SetObserver(observer_.get());
+    }
+  } else {
+    log_(LogLevel::kInfo, "agent.observer is scan: holders are found by scanning /proc on every scan");
+  }
   watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); }, reporter_.get());
   if (Status watching = watcher_->Start(); !watching.ok()) {
     reporter_->Report(kWatcherErrors, "inotify watcher not started, event-driven scans are off (scans run every " +
@@ -128,7 +141,10 @@ Status Agent::Start() {
                                           "ms): " + watching.message());
     watcher_.reset();
   }
-  ScanNow();
+  {
+    std::lock_guard<std::mutex> scan_lock(scan_mu_);
+    ScanLocked(ScanDepth::kWalk, "startup");
+  }
   loop_ = std::thread([this] { Loop(); });
   return events;
 }
@@ -192,6 +208,7 @@ AgentCounters Agent::counters() const {
 // runtime roots are watched too, with their container directories).
 std::vector<std::string> Agent::WatchPaths(const NodeSnapshot& snap) const {
   std::vector<std::string> paths;
+  if (observer_) return paths;  // fanotify reports creates and removals there
   for (const PodRecord& p : snap.pods) {
     if (!p.host_dir.empty()) {
       paths.push_back(p.host_dir);
@@ -215,17 +232,45 @@ void Agent::Stop() {
 
 void Agent::Loop() {
   constexpr auto kMinGap = std::chrono::seconds(1);  // event-driven scans: at most one a second
+  using Steady = std::chrono::steady_clock;
   std::unique_lock<std::mutex> l(loop_mu_);
-  auto last = std::chrono::steady_clock::now();
+  auto last = Steady::now();
+  auto next_audit = last + config_.agent.audit_interval;
+  constexpr auto kOverflowWalkGap = std::chrono::seconds(10);
+  auto last_overflow_walk = Steady::time_point{};
   while (!stop_) {
-    loop_cv_.wait_for(l, config_.agent.scan_interval, [this] { return stop_.load() || poked_; });
+    auto wait = std::chrono::duration_cast<Steady::duration>(config_.agent.scan_interval);
+    if (observer_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - Steady::now()));
+    loop_cv_.wait_for(l, wait, [this] { return stop_.load() || poked_; });
     if (stop_) break;
     if (poked_) loop_cv_.wait_until(l, last + kMinGap, [this] { return stop_.load(); });
     if (stop_) break;
     poked_ = false;
+    // With the observer, /proc is walked only after lost events and for the
+    // slow audit; every other scan asks the observer.
+    ScanDepth depth = ScanDepth::kWalk;
+    const char* reason = "scan";
+    if (observer_) {
+      depth = ScanDepth::kObserve;
+      // Lost events make every cached verdict stale, so scans re-probe every
+      // file until then; the walk (pids, O_PATH holders) runs at most once
+      // per kOverflowWalkGap, so that a flood of opens cannot buy a walk a second.
+      if (Steady::now() - last_overflow_walk >= kOverflowWalkGap && observer_->TakeOverflow()) {
+        last_overflow_walk = Steady::now();
+        depth = ScanDepth::kWalk;
+        reason = "overflow";
+      } else if (Steady::now() >= next_audit) {
+        depth = ScanDepth::kWalk;
+        reason = "audit";
+      }
+      if (depth == ScanDepth::kWalk) next_audit = Steady::now() + config_.agent.audit_interval;
+    }
     l.unlock();
-    ScanNow();
-    last = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> scan_lock(scan_mu_);
+      ScanLocked(depth, reason);
+    }
+    last = Steady::now();
     l.lock();
   }
 }
@@ -258,14 +303,20 @@ void Agent::WarnOnce(const std::vector<std::string>& warnings) {
 
 void Agent::ScanNow() {
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
-  ScanLocked();
+  ScanLocked(ScanDepth::kWalk, "request");
 }
 
-void Agent::ScanLocked() {
+void Agent::ScanLocked(ScanDepth depth, const char* reason) {
   std::vector<CriSandbox> sandboxes;
   if (reconciler_.list_sandboxes) sandboxes = Reconcile();
   WarnOnce(RuntimeRootWarnings(runtime_roots_));
-  NodeSnapshot snap = scanner_.Scan();
+  // A walk audits the observer's state: events queued until now first.
+  if (observer_ && depth == ScanDepth::kWalk) observer_->Drain();
+  NodeSnapshot snap = scanner_.Scan(depth);
+  if (snap.walked) {
+    std::lock_guard<std::mutex> l(counters_mu_);
+    counters_.walks[reason]++;
+  }
   LabelPodsFromCri(sandboxes, &snap.pods);
   std::map<std::string, int64_t> peaks;  // pods that are gone drop out
   for (PodRecord& p : snap.pods) {
@@ -420,9 +471,11 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
     return Status::Precondition("this agent is read-only (--read-only): another agent owns reclaim on this node");
   }
   // A fresh scan first: reclaim acts on what is true now, not on the last
-  // tick; and no scan runs while files are in quarantine.
+  // tick; and no scan runs while files are in quarantine. With the observer
+  // it does not walk /proc: the candidates' final check does (reclaim.h).
   std::lock_guard<std::mutex> scan_lock(scan_mu_);
-  ScanLocked();
+  if (observer_) observer_->Drain();  // every use reported until now counts
+  ScanLocked(ScanDepth::kObserve, "scan");
   std::vector<LeakRecord> candidates;
   for (const LeakRecord& l : ListLeaks(ns, pod)) {
     // Paths as ListLeaks shows them (names that are not UTF-8 escaped).

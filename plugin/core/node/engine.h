@@ -23,6 +23,7 @@
 #include "node/event_hub.h"
 #include "node/node_events.h"
 #include "node/node_scan.h"
+#include "node/observer.h"
 #include "node/reclaim.h"
 #include "node/reconcile.h"
 #include "node/reporter.h"
@@ -60,6 +61,9 @@ struct AgentCounters {
   int64_t reclaim_raced = 0;
   int64_t reclaim_pinned = 0;
   int64_t restored_from_quarantine = 0;
+  // Scans that walked /proc, by why: startup, overflow, audit, scan (the
+  // scan mode's every scan), request (ScanNow).
+  std::map<std::string, int64_t> walks;
 };
 
 // What the agent knows of its policy file.
@@ -91,10 +95,16 @@ class Agent {
   // once), e.g. RuntimeRootWarnings. REQUIRES: called before Start().
   void SetWarningSink(std::function<void(const std::string&)> warn) { warn_ = std::move(warn); }
 
-  // Starts the scan loop (the first scan runs before Start returns), the
-  // event socket receiver (agent.eventSocket) and the inotify watcher.
-  // Returns the first error of the event socket (the scans run regardless).
+  // Starts the observer (fanotify; agent.observer), the scan loop (the first
+  // scan, a walk of /proc, runs before Start returns), the event socket
+  // receiver (agent.eventSocket) and the inotify watcher. Returns the first
+  // error of the event socket (the scans run regardless). Without fanotify
+  // the agent scans as before and says so once in the log.
   Status Start();
+  // "fanotify" or "scan": how holders are learnt (valid after Start).
+  const char* observer_mode() const { return observer_ ? "fanotify" : "scan"; }
+  // The observer's counters (zero in scan mode).
+  ObserverCounters observer_counters() const { return observer_ ? observer_->counters() : ObserverCounters{}; }
   // Asks for a scan soon (at most one per second beyond the periodic ones).
   void Poke();
   const CreatorBook& creators() const { return *creators_; }
@@ -138,8 +148,9 @@ class Agent {
   void WarnOnce(const std::vector<std::string>& warnings);
   void OnDatagram(pid_t sender, uid_t uid, const std::string& payload);
   void RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail);
-  // A scan, published, then auto-reclaim. REQUIRES: scan_mu_ held.
-  void ScanLocked();
+  // A scan, published, then auto-reclaim. REQUIRES: scan_mu_ held. `reason`
+  // names a walk for the counters.
+  void ScanLocked(ScanDepth depth, const char* reason);
   std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
   void Publish(std::shared_ptr<const NodeSnapshot> next);
   void AutoReclaim(const NodeSnapshot& snap);
@@ -170,6 +181,7 @@ class Agent {
   std::thread loop_;
   std::unique_ptr<EventReceiver> receiver_;
   std::unique_ptr<ChangeWatcher> watcher_;
+  std::unique_ptr<Observer> observer_;  // null in scan mode
   std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};
   AgentLog log_ = [](LogLevel, const std::string&) {};
   mutable std::mutex counters_mu_;

@@ -92,6 +92,36 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_reclaim_raced_total " << c.reclaim_raced << "\n";
   help("shmkeeper_quarantine_restored_total", "counter", "Files renamed back from an interrupted reclaim.");
   o << "shmkeeper_quarantine_restored_total " << c.restored_from_quarantine << "\n";
+  help("shmkeeper_observer_mode", "gauge",
+       "How the agent learns who holds shared memory: fanotify (kernel events and lease probes) or scan (walking "
+       "/proc on every scan; fanotify unavailable or agent.observer: scan).");
+  for (const char* m : {"fanotify", "scan"}) {
+    o << "shmkeeper_observer_mode{mode=\"" << m << "\"} " << (std::string(agent.observer_mode()) == m ? 1 : 0) << "\n";
+  }
+  ObserverCounters oc = agent.observer_counters();
+  help("shmkeeper_observer_events_total", "counter", "fanotify events read (the kernel merges them).");
+  o << "shmkeeper_observer_events_total " << oc.events << "\n";
+  help("shmkeeper_observer_overflows_total", "counter",
+       "fanotify queue overflows (events lost): each is followed by a walk of /proc.");
+  o << "shmkeeper_observer_overflows_total " << oc.overflows << "\n";
+  help("shmkeeper_observer_probes_total", "counter", "Lease probes of files that events named (or never probed).");
+  o << "shmkeeper_observer_probes_total " << oc.probes << "\n";
+  help("shmkeeper_observer_audit_disagreements_total", "counter",
+       "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "
+       "verdict was wrong), walk_only (a holder only /proc shows, e.g. an O_PATH descriptor).");
+  o << "shmkeeper_observer_audit_disagreements_total{kind=\"missed_event\"} " << rep.Count(kAuditMissedEvent) << "\n";
+  o << "shmkeeper_observer_audit_disagreements_total{kind=\"walk_only\"} " << rep.Count(kAuditWalkOnly) << "\n";
+  help("shmkeeper_observer_errors_total", "counter",
+       "Observer failures the agent survives: a tmpfs that cannot be marked (its holders are walked for), a lease "
+       "probe that fails (the file is kept as held).");
+  o << "shmkeeper_observer_errors_total{kind=\"mark\"} " << rep.Count(kObserverMarkErrors) << "\n";
+  o << "shmkeeper_observer_errors_total{kind=\"probe\"} " << rep.Count(kObserverProbeErrors) << "\n";
+  help("shmkeeper_proc_walks_total", "counter",
+       "Scans that walked every task in /proc for holders, by reason (startup, overflow, audit, request; scan: "
+       "every scan in scan mode).");
+  for (const char* r : {"startup", "overflow", "audit", "request", "scan"}) {
+    o << "shmkeeper_proc_walks_total{reason=\"" << r << "\"} " << c.walks[r] << "\n";
+  }
   if (!snap) return o.str();
   help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
   o << "shmkeeper_scan_duration_seconds " << PromFloat(std::chrono::duration<double>(snap->duration).count()) << "\n";

@@ -97,11 +97,15 @@ std::string DisplayPath(const PodRecord& p, const std::string& rel) {
 }
 
 // The `n` largest files, with their holders and the holders' commands.
+// `held`: the files judged held (by the walk or the observer); `observed`:
+// pids the observer saw using them, confirmed one by one when the scan did
+// not walk.
 LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held);
 
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
-                                       const NodeRefs& refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
-                                       const std::string& proc) {
+                                       const NodeRefs* refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
+                                       const std::set<FileKey>& held_keys,
+                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   n = std::min(n, idx.size());
@@ -114,9 +118,15 @@ std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<Shm
     auto held = table.holders.find(f.key);
     if (held != table.holders.end()) {
       for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped, ""});
+    } else if (auto seen = observed.find(f.key); seen != observed.end()) {
+      for (pid_t pid : seen->second) {
+        if (ProcessHolds(pid, f.key, proc)) seg.holders.push_back({pid, ProcCommand(pid, proc), false, ""});
+      }
     }
-    for (const FileRef& r : refs.Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
-    seg.state = SegmentState(verdicts, f.key, !seg.holders.empty());
+    if (refs) {  // read by this scan (always when some file was unheld)
+      for (const FileRef& r : refs->Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
+    }
+    seg.state = SegmentState(verdicts, f.key, !seg.holders.empty() || held_keys.count(f.key) > 0);
     out.push_back(std::move(seg));
   }
   return out;
@@ -253,33 +263,59 @@ Result<ShmDir> MeasureRestoring(int fd, int depth, const ScanOptions& opts, int6
 
 }  // namespace
 
+const NodeRefs& Scanner::ProcView::Refs() {
+  if (!refs) refs = ReadNodeRefs(Procs(), devices, proc, sys, dev);
+  return *refs;
+}
+
+const ProcTable& Scanner::ProcView::Procs() {
+  if (!loaded) {
+    ProcTable procs = ScanProcesses({}, table.proc);  // processes and namespaces only: no fds, no maps
+    table.procs = std::move(procs.procs);
+    table.self_pid_ns = procs.self_pid_ns;
+    loaded = true;
+  }
+  return table;
+}
+
 ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
-                               int64_t* restored) const {
+                               std::vector<UniqueFd>* fds, int64_t* restored, bool walk) const {
   // Open every pod's tmpfs: its device is what holders are looked for on.
-  std::vector<UniqueFd> fds(pods->size());
+  fds->clear();
+  fds->resize(pods->size());
   std::set<dev_t> devices;
   for (size_t i = 0; i < pods->size(); ++i) {
     PodRecord& p = (*pods)[i];
     Result<UniqueFd> fd = OpenPodShm(p, opts_.proc);
     struct stat st;
     if (!fd.ok() || ::fstat(fd->get(), &st) != 0) continue;
-    fds[i] = std::move(*fd);
+    (*fds)[i] = std::move(*fd);
     p.shm_dev = st.st_dev;
     p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
-    devices.insert(p.shm_dev);
+    // Marked before its files are read: no use after this point is missed.
+    bool observed = opts_.observer && !p.shares_host_shm && opts_.observer->Watch((*fds)[i].get(), p.shm_dev);
+    if (walk || !observed) devices.insert(p.shm_dev);
   }
   // Walk the tmpfs directories while /proc is scanned: independent work.
   dirs->assign(pods->size(), ShmDir());
-  std::thread walker([&] {
+  auto measure = [&] {
     for (size_t i = 0; i < pods->size(); ++i) {
-      if (!fds[i].valid()) continue;
+      if (!(*fds)[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
-      Result<ShmDir> d = host ? MeasureShmDir(fds[i].get(), 0) : MeasureRestoring(fds[i].get(), 8, opts_, restored);
+      Result<ShmDir> d =
+          host ? MeasureShmDir((*fds)[i].get(), 0) : MeasureRestoring((*fds)[i].get(), 8, opts_, restored);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
       if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
     }
-  });
+  };
+  if (devices.empty()) {  // nothing to walk /proc for
+    measure();
+    ProcTable none;
+    none.proc = opts_.proc;
+    return none;
+  }
+  std::thread walker(measure);
   ProcTable table = ScanProcesses(devices, opts_.proc);
   walker.join();
   return table;
@@ -324,8 +360,11 @@ bool LeaseStillRefused(const PodRecord& p, const std::string& rel, const FileKey
 
 }  // namespace
 
-void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const NodeRefs& refs,
-                        const ProcInfo* access, const Clock& clock, NodeSnapshot* snap) {
+void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
+                        const Clock& clock, HeldFiles* held_files, NodeSnapshot* snap) {
+  const ProcTable& table = view->table;
+  Observer* observer = opts_.observer && dir_fd >= 0 && opts_.observer->Watching(p->shm_dev) ? opts_.observer : nullptr;
+  bool walked_dev = walked || !observer;  // the walk covered this filesystem
   std::set<ino_t> reaching;
   bool reaching_read = false;
   for (const ShmFile& f : d.files) {
@@ -333,23 +372,50 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
     History& h = history_[f.key];
     h.last_seen = clock.now;
     auto held = table.holders.find(f.key);
-    if (held != table.holders.end()) {
-      if (h.last_holder_pid != held->second.front().pid) {  // read the command only on change
-        h.last_holder_pid = held->second.front().pid;
+    bool walk_held = held != table.holders.end();
+    std::optional<Observer::Use> use;
+    if (observer) {
+      use = walked ? observer->Audit(dir_fd, f.path, f.key, walk_held) : observer->Check(dir_fd, f.path, f.key);
+    }
+    if (walk_held || (use && use->held)) {
+      pid_t holder = walk_held ? held->second.front().pid : (use && !use->pids.empty() ? use->pids.back() : 0);
+      if (holder && h.last_holder_pid != holder) {  // read the command only on change
+        h.last_holder_pid = holder;
         h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
       }
       h.unheld = false;
+      held_files->held.insert(f.key);
+      if (use && !walked_dev) held_files->observed_pids[f.key] = use->pids;
+      if (walk_held) {
+        h.hidden_reason.clear();
+      } else if (use && use->probed_now) {
+        // The kernel says held and no walk saw a process: is any process
+        // seen using it a holder? If not, a reference /proc does not show
+        // holds it (decided once per probe, not per scan).
+        bool shown = std::any_of(use->pids.begin(), use->pids.end(),
+                                 [&](pid_t pid) { return ProcessHolds(pid, f.key, opts_.proc); });
+        h.hidden_reason.clear();
+        if (!shown) {
+          std::vector<FileRef> kernel = view->Refs().Of(f.key, f.path);
+          h.hidden_reason = kernel.empty() ? "lease" : kernel.front().kind == FileRef::kMount ? "mount" : "loop_device";
+        }
+      }
+      if (!h.hidden_reason.empty()) snap->kept_by_reason[h.hidden_reason]++;
       continue;
     }
-    if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
+    // Unheld by every process: the references /proc does not show (read
+    // once per scan, on the first such file).
+    if (std::vector<FileRef> kernel = view->Refs().Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
       snap->kept_by_reason[kernel.front().kind == FileRef::kMount ? "mount" : "loop_device"]++;
       h.unheld = false;
+      held_files->held.insert(f.key);
       continue;
     }
     if (lease_refused_.count(f.key)) {
       if (LeaseStillRefused(*p, f.path, f.key, opts_.proc)) {
         snap->kept_by_reason["lease"]++;
         h.unheld = false;
+        held_files->held.insert(f.key);
         continue;
       }
       lease_refused_.erase(f.key);
@@ -358,6 +424,10 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
       h.unheld = true;
       h.first_unheld = clock.now;
     }
+    // Unheld since the last use the kernel reported (a close between two
+    // scans counts), never earlier than the first scan that found it unheld.
+    SteadyClock::time_point since = h.first_unheld;
+    if (use && use->last_activity && *use->last_activity > since) since = *use->last_activity;
     LeakRecord l;
     l.path = DisplayPath(*p, f.path);
     l.rel = f.path;
@@ -375,7 +445,8 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
     } else if (hint.pid) {
       // Dead only when that pid runs in none of the pid namespaces that reach the tmpfs.
       l.creator_source = "name:" + hint.pattern;
-      if (!reaching_read) reaching = ReachingPidNamespaces(*p, table, refs, access);
+      const NodeRefs& refs = view->Refs();
+      if (!reaching_read) reaching = ReachingPidNamespaces(*p, view->Procs(), refs, access);
       reaching_read = true;
       bool alive_here = access && refs.Alive(access->pid_ns, hint.pid);
       bool alive_elsewhere =
@@ -390,12 +461,13 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, c
     l.last_holder_pid = h.last_holder_pid;
     l.last_holder_command = h.last_holder_command;
     l.key = f.key;
-    FinishLeak(std::move(l), p, clock.now, h.first_unheld, opts_.grace, snap);
+    FinishLeak(std::move(l), p, clock.now, since, opts_.grace, snap);
   }
 }
 
-void Scanner::SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
+void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock,
                         std::set<ino_t>* ipc_seen, NodeSnapshot* snap) {
+  const ProcTable& table = view->table;
   ino_t ipc_ns = table.IpcNs(access.pid);
   if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) return;  // the host's IPC namespace is not the pod's
   Result<std::vector<SysvSegment>> sysv = ListSysvShm(p->access_pid, opts_.proc);
@@ -408,7 +480,17 @@ void Scanner::SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& ac
     auto key = std::make_pair(ipc_ns, s.shmid);
     live_sysv_.insert(key);
     auto it = sysv_unheld_.try_emplace(key, clock.now).first;
-    const ProcInfo* creator = table.Find(s.cpid);
+    // The kernel's own record of use: the last shmat/shmdt (shm_atime,
+    // shm_dtime). One newer than the first scan that saw it detached moves
+    // "unheld since" forward, so attach/detach between scans is never missed.
+    SteadyClock::time_point since = it->second;
+    int64_t last_use = std::max(s.atime, s.dtime);
+    if (last_use > 0) {
+      auto ago = std::chrono::seconds(std::max<int64_t>(0, clock.now_sec - last_use));
+      SteadyClock::time_point used = clock.now - std::chrono::duration_cast<SteadyClock::duration>(ago);
+      if (used > since) since = used;
+    }
+    const ProcInfo* creator = view->Procs().Find(s.cpid);
     LeakRecord l;
     l.sysv_id = s.shmid;
     l.bytes = s.bytes;
@@ -418,12 +500,16 @@ void Scanner::SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& ac
     l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
     l.last_holder_pid = s.lpid;
     l.sysv_cpid = s.cpid;
-    FinishLeak(std::move(l), p, clock.now, it->second, opts_.grace, snap);
+    l.sysv_lpid = s.lpid;
+    l.sysv_atime = s.atime;
+    l.sysv_dtime = s.dtime;
+    FinishLeak(std::move(l), p, clock.now, since, opts_.grace, snap);
   }
 }
 
-NodeSnapshot Scanner::Scan() {
+NodeSnapshot Scanner::Scan(ScanDepth depth) {
   auto t0 = SteadyClock::now();
+  bool walk = depth == ScanDepth::kWalk || !opts_.observer;
   NodeSnapshot snap;
   snap.time = std::chrono::system_clock::now();
   char host[256] = {};
@@ -433,18 +519,24 @@ NodeSnapshot Scanner::Scan() {
   dev_t host_dev = 0;
   MeasureHost(&snap, &host_dev);
   std::vector<ShmDir> dirs;
-  ProcTable table = MeasurePods(&snap.pods, host_dev, &dirs, &snap.restored_from_quarantine);
-  std::set<dev_t> devices;
+  std::vector<UniqueFd> fds;
+  ProcView view;
+  view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, &snap.restored_from_quarantine, walk);
+  view.loaded = walk || !view.table.procs.empty();
   for (const PodRecord& p : snap.pods) {
-    if (p.shm_dev) devices.insert(p.shm_dev);
+    if (p.shm_dev) view.devices.insert(p.shm_dev);
   }
-  NodeRefs refs = ReadNodeRefs(table, devices, opts_.proc, opts_.sys, opts_.dev);
+  view.proc = opts_.proc;
+  view.sys = opts_.sys;
+  view.dev = opts_.dev;
+  if (walk) (void)view.Refs();  // a walk reads everything (mount holders of held files too)
   Clock clock{SteadyClock::now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
   live_keys_.clear();
   live_sysv_.clear();
   std::set<dev_t> counted, judged;
   std::set<ino_t> ipc_seen;
+  HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
   for (size_t i : OwnersFirst(snap.pods)) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
@@ -454,22 +546,37 @@ NodeSnapshot Scanner::Scan() {
     p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
     if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
     // A watched host directory lives in the agent's own namespaces.
-    const ProcInfo* access = table.Find(p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid()));
+    pid_t access_pid = p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid());
+    std::optional<ProcInfo> access_info = access_pid > 0 ? ReadProcInfo(access_pid, opts_.proc) : std::nullopt;
+    const ProcInfo* access = access_info ? &*access_info : nullptr;
     size_t first_leak = snap.leaks.size();
     p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
-    if (!p.shm_counted_elsewhere) FileLeaks(&p, d, table, refs, access, clock, &snap);
+    if (!p.shm_counted_elsewhere) {
+      FileLeaks(&p, d, fds[i].valid() ? fds[i].get() : -1, &view, access, walk, clock, &held, &snap);
+    }
     std::map<FileKey, LeakState> verdicts;
     for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
-    p.top_segments = TopSegments(p, d.files, table, refs, opts_.top_segments, verdicts, opts_.proc);
+    p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
+                                 held.observed_pids, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
-    SysvLeaks(&p, table, *access, clock, &ipc_seen, &snap);
+    SysvLeaks(&p, &view, *access, clock, &ipc_seen, &snap);
   }
   std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
   std::erase_if(lease_refused_, [&](const FileKey& k) { return !live_keys_.count(k); });
   if (opts_.creators) opts_.creators->Retain(live_keys_);
+  if (opts_.observer) {
+    std::set<dev_t> devs;
+    for (const PodRecord& p : snap.pods) {
+      if (p.shm_dev) devs.insert(p.shm_dev);
+    }
+    opts_.observer->Retain(devs, live_keys_);
+  }
   std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
   snap.scans = ++scans_;
+  if (walk) ++walks_;
+  snap.walked = walk;
+  snap.walks = walks_;
   snap.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0);
   return snap;
 }

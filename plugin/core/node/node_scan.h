@@ -12,12 +12,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "node/creator_book.h"
 #include "node/discovery.h"
+#include "node/observer.h"
 #include "node/reporter.h"
 #include "scan/node_refs.h"
 #include "scan/proc_table.h"
@@ -119,6 +121,9 @@ struct LeakRecord {
   // access process sees /dev/shm read-only (a CRI sandbox's pause container).
   std::string shm_host_source;
   pid_t sysv_cpid = 0;
+  // What the scan saw of the SysV segment: removal requires all of it unchanged.
+  pid_t sysv_lpid = 0;
+  int64_t sysv_atime = 0, sysv_dtime = 0;
   bool reclaim_auto = false;
 };
 
@@ -138,6 +143,15 @@ struct NodeSnapshot {
   std::chrono::system_clock::time_point time;
   std::chrono::nanoseconds duration{0};
   int64_t scans = 0;
+  bool walked = false;  // this scan walked /proc for holders (else the observer answered)
+  int64_t walks = 0;    // scans that walked /proc, so far
+};
+
+// How a scan learns who holds what.
+enum class ScanDepth {
+  kWalk,     // walk every task in /proc (start-up, overflow, audit, the scan mode)
+  kObserve,  // ask the observer (event-derived state and lease probes); /proc
+             // only for filesystems the observer cannot watch
 };
 
 struct ScanOptions {
@@ -159,6 +173,10 @@ struct ScanOptions {
   // Where errors the scan survives go (a Docker API that fails while its
   // socket exists); null = counted nowhere.
   std::shared_ptr<Reporter> reporter;
+  // The observer (not owned; outlives the scanner), null in scan mode: pods'
+  // tmpfs are marked as they are found, and their files' use is its verdict
+  // (with the walk's, when the scan walks: an audit).
+  Observer* observer = nullptr;
 };
 
 // Creator hint from a segment name: torch_<pid>_…, sgl_shm_<kind>_<pid>_…
@@ -172,9 +190,13 @@ NameHint CreatorHintFromName(const std::string& name);
 class Scanner {
  public:
   explicit Scanner(ScanOptions options) : opts_(std::move(options)) {}
-  // A full scan. Keeps, between calls, when each unheld segment was first
-  // seen unheld and who last held each segment.
-  NodeSnapshot Scan();
+  // A scan of the node: pods, usage, verdicts. Keeps, between calls, when
+  // each unheld segment was first seen unheld and who last held each
+  // segment. kObserve without an observer walks.
+  NodeSnapshot Scan(ScanDepth depth = ScanDepth::kWalk);
+  // Attaches the observer (ScanOptions::observer) once it has started.
+  // REQUIRES: no scan running.
+  void SetObserver(Observer* observer) { opts_.observer = observer; }
   // The kernel refused a reclaim's lease on `key` while no process showed as
   // its holder (an io_uring fixed file, ...): until a lease probe at a later
   // scan succeeds, the file is held (kept_by_reason "lease"), so that
@@ -188,6 +210,10 @@ class Scanner {
     std::chrono::steady_clock::time_point first_unheld{};
     bool unheld = false;
     std::chrono::steady_clock::time_point last_seen{};
+    // Held by the observer's probe with no process showing it (a loop
+    // device, a mount, an io_uring fixed file): the reason counted in
+    // kept_by_reason, decided when it was probed.
+    std::string hidden_reason;
   };
   struct Clock {
     std::chrono::steady_clock::time_point now;
@@ -197,12 +223,31 @@ class Scanner {
   std::vector<PodRecord> DiscoverPods() const;
   void EnrichOrReport(std::vector<ContainerRecord>* containers) const;
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
+  // The processes, read lazily when a scan did not walk /proc, and the
+  // references /proc does not show (mounts, loop devices, pid namespaces
+  // reaching each tmpfs: node_refs.h), read once per scan when a file
+  // nobody holds or a name's pid needs them.
+  struct ProcView {
+    ProcTable table;
+    bool loaded = false;
+    std::set<dev_t> devices;
+    std::string proc, sys, dev;
+    std::optional<NodeRefs> refs;
+    const ProcTable& Procs();
+    const NodeRefs& Refs();
+    const NodeRefs* RefsIfRead() const { return refs ? &*refs : nullptr; }
+  };
+  // What FileLeaks learnt of held files, for the pod's top segments.
+  struct HeldFiles {
+    std::set<FileKey> held;
+    std::map<FileKey, std::vector<pid_t>> observed_pids;
+  };
   ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
-                        int64_t* restored) const;
-  void FileLeaks(PodRecord* p, const ShmDir& d, const ProcTable& table, const NodeRefs& refs, const ProcInfo* access,
-                 const Clock& clock, NodeSnapshot* snap);
-  void SysvLeaks(PodRecord* p, const ProcTable& table, const ProcInfo& access, const Clock& clock,
-                 std::set<ino_t>* ipc_seen, NodeSnapshot* snap);
+                        std::vector<UniqueFd>* fds, int64_t* restored, bool walk) const;
+  void FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
+                 const Clock& clock, HeldFiles* held, NodeSnapshot* snap);
+  void SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock, std::set<ino_t>* ipc_seen,
+                 NodeSnapshot* snap);
 
   ScanOptions opts_;
   std::map<FileKey, History> history_;
@@ -211,6 +256,7 @@ class Scanner {
   std::set<FileKey> lease_refused_;                // see NoteLeaseRefused
   std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
   int64_t scans_ = 0;
+  int64_t walks_ = 0;
 };
 
 const char* PodKindName(PodKind kind);

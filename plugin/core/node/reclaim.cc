@@ -247,7 +247,8 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
 }
 
 Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
-  return dry_run ? Status::Ok() : RemoveSysvShm(l.access_pid, l.sysv_id, l.sysv_cpid, proc);
+  SysvExpect want{l.sysv_id, l.sysv_cpid, l.sysv_lpid, l.sysv_atime, l.sysv_dtime};
+  return dry_run ? Status::Ok() : RemoveSysvShm(l.access_pid, want, proc);
 }
 
 }  // namespace

@@ -349,6 +349,19 @@ HolderMap ScanHolders(const std::set<FileKey>& keys, const std::string& proc, co
   return Scan(proc, want, majors, !keys.empty(), 0, &own_fds).holders;
 }
 
+std::optional<ProcInfo> ReadProcInfo(pid_t pid, const std::string& proc) {
+  UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return std::nullopt;
+  struct stat self;
+  ino_t self_pid_ns = ::stat((proc + "/self/ns/pid").c_str(), &self) == 0 ? self.st_ino : 0;
+  ProcInfo info;
+  info.pid = pid;
+  info.pid_ns = NsInodeAt(dir.get(), "ns/pid");
+  if (info.pid_ns == 0) return std::nullopt;
+  info.ns_pid = info.pid_ns == self_pid_ns ? pid : InnermostPid(dir.get(), pid);
+  return info;
+}
+
 pid_t NamespacePid(pid_t pid, const std::string& proc) {
   UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   return dir.valid() ? InnermostPid(dir.get(), pid) : 0;

@@ -18,6 +18,7 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -71,6 +72,9 @@ ProcTable ScanProcesses(const std::set<dev_t>& devices, const std::string& proc 
 // calling process's descriptors in `own_fds` are not counted.
 std::map<FileKey, std::vector<HolderRef>> ScanHolders(const std::set<FileKey>& keys, const std::string& proc = "/proc",
                                                       const std::set<int>& own_fds = {});
+
+// One process's ProcInfo, read now (no scan); none when it is gone.
+std::optional<ProcInfo> ReadProcInfo(pid_t pid, const std::string& proc = "/proc");
 
 // The pid of `pid` in its own (innermost) pid namespace; 0 when it is gone.
 pid_t NamespacePid(pid_t pid, const std::string& proc = "/proc");

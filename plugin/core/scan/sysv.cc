@@ -45,6 +45,8 @@ std::vector<SysvSegment> ParseSysvShm(const std::string& text) {
     long long perms, uid, gid, cuid, cgid, atime, dtime;
     if (f >> s.key >> s.shmid >> perms >> s.bytes >> s.cpid >> s.lpid >> s.nattch >> uid >> gid >> cuid >> cgid >>
         atime >> dtime >> s.ctime) {
+      s.atime = atime;
+      s.dtime = dtime;
       out.push_back(s);
     }
   }
@@ -63,21 +65,18 @@ Result<std::vector<SysvSegment>> ListSysvShm(pid_t pid, const std::string& proc)
   return segs;
 }
 
-Status RemoveSysvShm(pid_t pid, int32_t shmid, pid_t expect_cpid, const std::string& proc) {
+Status RemoveSysvShm(pid_t pid, const SysvExpect& want, const std::string& proc) {
   return InIpcNamespace(pid, proc, [&]() -> Status {
+    // IPC_STAT in the segment's namespace; its pids are translated into this
+    // thread's pid namespace (the agent's, as /proc/sysvipc/shm's were).
     struct shmid_ds ds;
-    if (::shmctl(shmid, IPC_STAT, &ds) != 0) return Status::FromErrno(errno, "shmctl IPC_STAT");
+    if (::shmctl(want.shmid, IPC_STAT, &ds) != 0) return Status::FromErrno(errno, "shmctl IPC_STAT");
     if (ds.shm_nattch != 0) return Status::Precondition("segment is attached again");
-    Result<std::vector<SysvSegment>> now = []() -> Result<std::vector<SysvSegment>> {
-      Result<std::string> text = ReadFile("/proc/sysvipc/shm", 64 << 20);
-      if (!text.ok()) return text.status();
-      return ParseSysvShm(*text);
-    }();
-    if (!now.ok()) return now.status();
-    for (const SysvSegment& seg : *now) {
-      if (seg.shmid == shmid && seg.cpid != expect_cpid) return Status::Precondition("segment id was reused");
+    if (ds.shm_cpid != want.cpid) return Status::Precondition("segment id was reused");
+    if (ds.shm_lpid != want.lpid || ds.shm_atime != want.atime || ds.shm_dtime != want.dtime) {
+      return Status::Precondition("segment was attached or detached since the scan");
     }
-    if (::shmctl(shmid, IPC_RMID, nullptr) != 0) return Status::FromErrno(errno, "shmctl IPC_RMID");
+    if (::shmctl(want.shmid, IPC_RMID, nullptr) != 0) return Status::FromErrno(errno, "shmctl IPC_RMID");
     return Status::Ok();
   });
 }

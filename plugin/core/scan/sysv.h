@@ -22,6 +22,15 @@ struct SysvSegment {
   pid_t lpid = 0;     // last shmat/shmdt
   int64_t nattch = 0;
   int64_t ctime = 0;  // last change (seconds since the epoch)
+  int64_t atime = 0;  // last shmat (0: never)
+  int64_t dtime = 0;  // last shmdt (0: never)
+};
+
+// What a removal expects to find unchanged (from the scan that judged it).
+struct SysvExpect {
+  int32_t shmid = 0;
+  pid_t cpid = 0, lpid = 0;
+  int64_t atime = 0, dtime = 0;
 };
 
 // Parses /proc/sysvipc/shm text.
@@ -30,8 +39,11 @@ std::vector<SysvSegment> ParseSysvShm(const std::string& text);
 // The segments in the IPC namespace of process `pid` (its /proc/<pid>/ns/ipc).
 Result<std::vector<SysvSegment>> ListSysvShm(pid_t pid, const std::string& proc = "/proc");
 
-// In that namespace: removes `shmid` only if it still has no attachments and
-// the same creator; kFailedPrecondition otherwise.
-Status RemoveSysvShm(pid_t pid, int32_t shmid, pid_t expect_cpid, const std::string& proc = "/proc");
+// In that namespace, right before IPC_RMID: removes `want.shmid` only if the
+// kernel (IPC_STAT, in that namespace) still shows no attachment and the
+// same creator, last attaching pid and attach/detach times as the scan saw;
+// kFailedPrecondition otherwise (nothing used it since, or it is another
+// segment under a reused id).
+Status RemoveSysvShm(pid_t pid, const SysvExpect& want, const std::string& proc = "/proc");
 
 }  // namespace shmkeeper

@@ -1,0 +1,245 @@
+#include "node/observer.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/fanotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "scan/lease_probe.h"
+
+namespace shmkeeper {
+namespace {
+
+constexpr size_t kMaxPids = 8;
+constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
+constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE;
+
+std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
+
+}  // namespace
+
+Observer::Observer(std::function<void()> on_change, std::function<void()> on_overflow, Reporter* reporter,
+                   std::chrono::milliseconds drain)
+    : on_change_(std::move(on_change)), on_overflow_(std::move(on_overflow)), reporter_(reporter), drain_(drain) {}
+
+Observer::~Observer() {
+  if (stop_.valid()) {
+    uint64_t one = 1;
+    (void)!::write(stop_.get(), &one, sizeof one);
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Observer::Start() {
+  SHMK_ASSIGN_OR_RETURN(fan_, Fanotify::Open());
+  stop_.reset(::eventfd(0, EFD_CLOEXEC));
+  if (!stop_.valid()) return Status::FromErrno(errno, "eventfd");
+  self_ = ::getpid();
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+bool Observer::Watch(int dir_fd, dev_t dev) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (watched_.count(dev)) return true;
+    if (failed_.count(dev)) return false;
+  }
+  Status s = fan_ ? fan_->Mark(dir_fd, dev) : Status::Precondition("observer not started");
+  std::lock_guard<std::mutex> l(mu_);
+  if (s.ok()) {
+    watched_.insert(dev);
+    return true;
+  }
+  failed_.insert(dev);
+  if (reporter_) {
+    reporter_->Report(kObserverMarkErrors, "cannot observe the tmpfs of device " + std::to_string(dev) +
+                                               " (its holders are found by walking /proc): " + s.message());
+  }
+  return false;
+}
+
+bool Observer::Watching(dev_t dev) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return watched_.count(dev) > 0;
+}
+
+void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live) {
+  std::vector<dev_t> gone;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (dev_t d : watched_) {
+      if (!devs.count(d)) gone.push_back(d);
+    }
+    for (dev_t d : gone) watched_.erase(d);
+    std::erase_if(failed_, [&](dev_t d) { return !devs.count(d); });
+    std::erase_if(dev_floor_, [&](const auto& kv) { return !devs.count(kv.first); });
+    std::erase_if(inodes_, [&](const auto& kv) { return !live.count(kv.first); });
+  }
+  // The mark stays with its superblock until that goes (a pod's tmpfs goes
+  // with the pod); its events are ignored meanwhile.
+  for (dev_t d : gone) fan_->Forget(d);
+}
+
+std::optional<Observer::Clock::time_point> Observer::FloorLocked(dev_t dev) const {
+  std::optional<Clock::time_point> floor = floor_;
+  if (auto it = dev_floor_.find(dev); it != dev_floor_.end() && (!floor || it->second > *floor)) floor = it->second;
+  return floor;
+}
+
+Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
+  Use u;
+  u.held = in.held;
+  u.pids = in.pids;
+  if (in.active) u.last_activity = in.last_activity;
+  std::optional<Clock::time_point> floor = FloorLocked(dev);
+  if (floor && (!u.last_activity || *floor > *u.last_activity)) u.last_activity = floor;
+  return u;
+}
+
+Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    counters_.probes++;
+  }
+  Result<ProbeVerdict> v = ProbeLease(dir_fd, name, key);
+  if (!v.ok()) return v.status();
+  return *v == ProbeVerdict::kHeld;  // kGone: the file went since the directory was read; nobody holds this name
+}
+
+Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey& key) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Inode& in = inodes_[key];
+    std::optional<Clock::time_point> floor = FloorLocked(key.dev);
+    bool stale = in.dirty || !in.probed || (floor && in.probed_at <= *floor);
+    if (!stale) return UseLocked(in, key.dev);
+    in.dirty = false;  // an event from here on makes it dirty again
+    in.probed_at = Clock::now();
+  }
+  Result<bool> held = Probe(dir_fd, name, key);
+  if (!held.ok() && reporter_) {
+    reporter_->Report(kObserverProbeErrors,
+                      "lease probe of " + name + " failed (kept as held): " + held.status().message());
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  Inode& in = inodes_[key];
+  in.probed = true;
+  in.held = !held.ok() || *held;
+  if (!held.ok()) in.dirty = true;
+  Use u = UseLocked(in, key.dev);
+  u.probed_now = true;
+  return u;
+}
+
+Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey& key, bool walk_held) {
+  std::optional<bool> settled;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inodes_.find(key);
+    std::optional<Clock::time_point> floor = FloorLocked(key.dev);
+    if (it != inodes_.end() && it->second.probed && !it->second.dirty && !(floor && it->second.probed_at <= *floor)) {
+      settled = it->second.held;
+    }
+    inodes_[key].dirty = true;  // Check below probes afresh
+  }
+  Use fresh = Check(dir_fd, name, key);
+  if (reporter_ && settled && *settled != fresh.held) {
+    // A real change between the last event and now would have made it
+    // dirty (once its event is read): the event-derived verdict was wrong.
+    Drain();
+    bool again_dirty = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      again_dirty = inodes_[key].dirty;
+    }
+    if (!again_dirty) {
+      reporter_->Report(kAuditMissedEvent,
+                        "audit: " + name + " (" + Key(key) + ") was " + (*settled ? "held" : "unheld") +
+                            " by the observer's events but a fresh probe says " + (fresh.held ? "held" : "unheld"));
+    }
+  }
+  if (reporter_ && walk_held && !fresh.held) {
+    reporter_->Report(kAuditWalkOnly, "audit: " + name + " (" + Key(key) +
+                                          ") has a holder in /proc that the lease probe does not see (O_PATH, or "
+                                          "closed between the two)");
+  }
+  return fresh;
+}
+
+ObserverCounters Observer::counters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return counters_;
+}
+
+void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) {
+  if (e.overflow) {
+    floor_ = now;
+    counters_.overflows++;
+    overflow_pending_ = true;
+    return;
+  }
+  if (e.pid == self_) return;  // the agent's own probes and reclaim
+  if (e.dev == 0 || !watched_.count(e.dev)) return;
+  if (e.mask & kChange) *changed = true;
+  if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
+  if (e.ino == 0) {  // cannot tell which file: all of that filesystem
+    dev_floor_[e.dev] = now;
+    return;
+  }
+  Inode& in = inodes_[FileKey{e.dev, e.ino}];
+  in.dirty = true;
+  in.active = true;
+  in.last_activity = now;
+  if (e.pid > 0) {
+    std::erase(in.pids, e.pid);
+    in.pids.push_back(e.pid);
+    if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
+  }
+}
+
+void Observer::Drain() {
+  if (!fan_) return;
+  bool changed = false, overflow = false;
+  {
+    // One drain at a time: a caller's drain returns only after every event
+    // read so far (by either thread) has been applied.
+    std::lock_guard<std::mutex> one(drain_mu_);
+    auto now = Clock::now();
+    bool ok = fan_->Read([&](const FanEvent& e) {
+      std::lock_guard<std::mutex> l(mu_);
+      counters_.events++;
+      OnEvent(e, now, &changed);
+      overflow = overflow || e.overflow;
+    });
+    if (!ok) {
+      std::lock_guard<std::mutex> l(mu_);
+      floor_ = now;  // treat a broken read as lost events
+      overflow = true;
+      overflow_pending_ = true;
+    }
+  }
+  if (overflow && on_overflow_) on_overflow_();
+  if (changed && on_change_) on_change_();
+}
+
+void Observer::Run() {
+  for (;;) {
+    pollfd fds[2] = {{fan_->fd(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents & POLLIN) return;
+    Drain();
+    // Let events queue (and merge) for a while: the cost follows activity,
+    // not the number of opens.
+    pollfd stop = {stop_.get(), POLLIN, 0};
+    if (::poll(&stop, 1, static_cast<int>(drain_.count())) > 0) return;
+  }
+}
+
+}  // namespace shmkeeper

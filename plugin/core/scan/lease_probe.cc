@@ -1,0 +1,38 @@
+#include "scan/lease_probe.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/fileutil.h"
+#include "base/safe_path.h"
+
+namespace shmkeeper {
+
+Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key) {
+  UniqueFd file;
+  if (name.find('/') == std::string::npos) {
+    file.reset(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  } else {
+    Result<UniqueFd> f = OpenNoSymlinks(dir_fd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    if (f.ok()) file = std::move(*f);
+  }
+  if (!file.valid()) {
+    if (errno == EWOULDBLOCK) return ProbeVerdict::kHeld;  // someone else's lease: in use
+    if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) return ProbeVerdict::kGone;
+    return Status::FromErrno(errno, "probe open " + name);
+  }
+  struct stat st;
+  if (::fstat(file.get(), &st) != 0) return Status::FromErrno(errno, "probe fstat " + name);
+  if (!S_ISREG(st.st_mode) || st.st_dev != key.dev || st.st_ino != key.ino) return ProbeVerdict::kGone;
+  if (::fcntl(file.get(), F_SETLEASE, F_WRLCK) != 0) {
+    if (errno == EAGAIN || errno == EBUSY) return ProbeVerdict::kHeld;
+    return Status::FromErrno(errno, "probe lease " + name);
+  }
+  (void)::fcntl(file.get(), F_SETLEASE, F_UNLCK);  // close() releases it too; this shortens the window
+  return ProbeVerdict::kUnheld;
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,44 @@
+// The lease probe: asks the kernel whether an inode is open or mapped
+// anywhere, without walking /proc (one kernel concern, nsjail style).
+//
+// How: open the file read-only (O_NONBLOCK, no symlinks), try
+// fcntl(F_SETLEASE, F_WRLCK), release it (F_UNLCK) and close. The kernel grants
+// a write lease only when no other open file description of the inode exists
+// (its read and write open counts are our own), checked atomically: an fd in
+// any thread's table, a mapping whose fd was closed, an fd in flight in a unix
+// socket (SCM_RIGHTS), an io_uring fixed file, a child in a fork chain all
+// keep one alive, so each makes the probe say kHeld. Another process's lease
+// makes our open fail with EWOULDBLOCK: kHeld too.
+//
+// Blind spot: an O_PATH descriptor is no open file description for leases
+// (it cannot read, write or map the file; using it needs a real open, which
+// the observer sees as an event). Reclaim's final check walks /proc and sees
+// O_PATH holders (reclaim.h); the slow audit does too (observer.h).
+//
+// Never makes an application wait for long: the lease exists only between
+// F_SETLEASE and F_UNLCK, a few microseconds; an open(2) racing it blocks for
+// that long (the agent ignores SIGIO; if the agent were stopped inside that
+// window, the kernel breaks the lease after fs.lease-break-time).
+//
+// Thread-safety: a free function; any thread. Needs CAP_LEASE (or the file's
+// owner) and fs.leases-enable=1: kError otherwise.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "scan/proc_table.h"
+
+namespace shmkeeper {
+
+enum class ProbeVerdict {
+  kHeld,    // some other open file description of the inode exists
+  kUnheld,  // none did at the moment of the check
+  kGone,    // no such name, or the name is another inode now
+};
+
+// Probes `name` (relative to the directory `dir_fd`, no slashes followed
+// through symlinks) expected to be inode `key`.
+Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key);
+
+}  // namespace shmkeeper

@@ -1,0 +1,231 @@
+"""The observer (issue 23): who uses shm learnt from fanotify events and lease
+probes, not from sampling /proc. Private shmkeeperd instances on private
+tmpfs mounts, real processes, real kernel.
+
+- intermittent use: a file opened, used and closed every 300 ms by a
+  consumer whose creator is dead is never `leaked` and never removed while
+  `reclaim --yes` runs in a loop for 3x leaks.grace; the same consumer
+  against the forced scan mode (agent.observer: scan) is the positive
+  control: there the file is reclaimed under it (the sampling blind spot);
+- start-up with files already held: correct from the first snapshot;
+- a queue overflow (agent stopped while 20,000 files are opened): counted,
+  followed by a walk of /proc, no wrong verdict afterwards;
+- the forced fallback reports mode scan and keeps the verdicts;
+- an O_PATH holder (the lease probe's blind spot): judged leaked by the
+  observer, kept by reclaim's final walk, counted by the audit (walk_only).
+Tests wait on the agent's counters (scans, walks), not on fixed sleeps.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import require, wait_for
+from reclaim_attack import (HOLDERS, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
+                            metric_values, scrape, start_agent)
+
+GRACE = 2  # seconds
+
+USER = r"""
+import os, sys, time
+path, period, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+enoent = uses = 0
+end = time.time() + seconds
+while time.time() < end:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        enoent += 1
+    else:
+        os.pwrite(fd, b"x" * 64, 0)
+        os.pread(fd, 64, 0)
+        time.sleep(0.005)
+        os.close(fd)
+        uses += 1
+    time.sleep(period)
+print(f"uses={uses} enoent={enoent}", flush=True)
+"""
+
+
+@pytest.fixture
+def shm(tmp_path, root_and_runc):
+    require(HOLDERS.exists(), f"holders not built at {HOLDERS}")
+    fs = Tmpfs(tmp_path / "shm")
+    yield fs.path
+    fs.stop()
+
+
+def config(base, shm, observer="fanotify"):
+    text = agent_config(base, [shm], grace=f"{GRACE}s")
+    return text.replace("  scanInterval:", f"  observer: {observer}\n  scanInterval:", 1)
+
+
+def metric(agent, name, labels=""):
+    vals = metric_values(scrape(agent), name)
+    if labels:
+        return sum(v for k, v in vals.items() if labels in k)
+    return sum(vals.values())
+
+
+def wait_scans(agent, n=2, timeout=30):
+    """Waits until `n` more scans have completed (an event to wait on)."""
+    start = metric(agent, "shmkeeper_scans_total")
+    wait_for(lambda: metric(agent, "shmkeeper_scans_total") >= start + n, timeout=timeout, what=f"{n} scans")
+
+
+@pytest.mark.parametrize("observer", ["fanotify", "scan"])
+def test_intermittent_use_is_never_leaked(tmp_path, shm, observer):
+    agent = start_agent(tmp_path / "agent", config(tmp_path / "agent", shm, observer=observer))
+    try:
+        assert metric(agent, "shmkeeper_observer_mode", f'mode="{observer}"') == 1
+        _, (used,) = make_leaks(shm, 1, "used")
+        _, (control,) = make_leaks(shm, 1, "control")  # a true leak: must go (the loop works)
+        ino = os.stat(used).st_ino
+        user = subprocess.Popen([sys.executable, "-c", USER, str(used), "0.3", str(3 * GRACE + 2)],
+                                stdout=subprocess.PIPE, text=True)
+        loop = ReclaimLoop(agent)
+        seen = set()
+        try:
+            while user.poll() is None:
+                l = leaks_by_path(agent).get(str(used))
+                if l:
+                    seen.add(l.get("state"))
+                time.sleep(0.1)
+        finally:
+            loop.stop()
+        out = user.communicate()[0]
+        assert not loop.errors, loop.errors
+        wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed")
+        if observer == "fanotify":
+            assert used.exists() and os.stat(used).st_ino == ino, f"intermittently used file removed ({out})"
+            assert "enoent=0" in out, out
+            assert "LEAK_STATE_LEAKED" not in seen and "leaked" not in seen, seen
+            assert metric(agent, "shmkeeper_proc_walks_total", 'reason="scan"') == 0
+        else:
+            # Positive control: sampling misses the use between scans, so the
+            # scan mode removes the file under its consumer.
+            assert not used.exists() or os.stat(used).st_ino != ino or "enoent=0" not in out, out
+    finally:
+        agent.stop()
+
+
+def test_startup_with_files_already_held(tmp_path, shm):
+    _, held = make_leaks(shm, 3, "held")
+    _, free = make_leaks(shm, 3, "free")
+    holder = Holder(tmp_path, "hold", "hold", "-t", 60, *held)
+    holder.wait_ready()
+    agent = start_agent(tmp_path / "agent", config(tmp_path / "agent", shm))
+    try:
+        leaks = leaks_by_path(agent)  # the first snapshot, right after start
+        assert not any(str(p) in leaks for p in held), leaks.keys()
+        assert all(str(p) in leaks for p in free), leaks.keys()
+        wait_for(lambda: all(l.get("reclaimable") for p, l in leaks_by_path(agent).items() if "free" in p),
+                 timeout=20, what="free files leaked")
+        out = agent.json("reclaim", "--yes")
+        gone = {l["path"] for l in out.get("reclaimed", [])}
+        assert gone == {str(p) for p in free}, gone
+        assert all(p.exists() for p in held)
+        assert metric(agent, "shmkeeper_proc_walks_total", 'reason="startup"') == 1
+    finally:
+        agent.stop()
+        holder.kill()
+
+
+def test_overflow_is_counted_and_rescanned(tmp_path, shm):
+    """Events are lost while the agent is stopped and 4,000 more files than the
+    kernel queues are opened on a second tmpfs; meanwhile a holder takes files
+    on the first. The overflow is counted, /proc is walked, and the held files
+    are held (never reclaimed) while true leaks there still go."""
+    with open("/proc/sys/fs/fanotify/max_queued_events") as f:
+        n = int(f.read()) + 4000
+    flood_fs = Tmpfs(tmp_path / "flood")
+    flood = [flood_fs.path / f"f{i}" for i in range(n)]  # plain names: unheld, never leaked
+    for p in flood:
+        os.close(os.open(p, os.O_CREAT | os.O_RDWR, 0o600))
+    _, held = make_leaks(shm, 2, "held")
+    _, free = make_leaks(shm, 2, "free")
+    cfg = config(tmp_path / "agent", shm).replace(f"hostShmDirs: [{shm}]", f"hostShmDirs: [{shm}, {flood_fs.path}]")
+    agent = start_agent(tmp_path / "agent", cfg)
+    holder = None
+    pod = ["--pod", str(shm)]
+    try:
+        wait_scans(agent, 1)
+        assert metric(agent, "shmkeeper_observer_overflows_total") == 0
+        walks = metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"')
+        os.kill(agent.proc.pid, signal.SIGSTOP)
+        try:
+            for p in flood:
+                os.close(os.open(p, os.O_RDONLY))
+            holder = Holder(tmp_path, "hold", "hold", "-t", 60, *held)
+            holder.wait_ready()
+        finally:
+            os.kill(agent.proc.pid, signal.SIGCONT)
+        wait_for(lambda: metric(agent, "shmkeeper_observer_overflows_total") >= 1, timeout=30, what="overflow")
+        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"') > walks, timeout=30,
+                 what="a walk after the overflow")
+        leaks = {l["path"]: l for l in agent.json("leaks", *pod).get("leaks", [])}
+        assert not any(str(p) in leaks for p in held), "a held file judged unheld after the overflow"
+        assert all(str(p) in leaks for p in free)
+        wait_for(lambda: all(l.get("reclaimable") for l in agent.json("leaks", *pod).get("leaks", [])),
+                 timeout=20, what="the free files leaked again after their grace")
+        out = agent.json("reclaim", "--yes", *pod)
+        assert {l["path"] for l in out.get("reclaimed", [])} == {str(p) for p in free}
+        assert all(p.exists() for p in held)
+    finally:
+        agent.stop()
+        if holder:
+            holder.kill()
+        flood_fs.stop()
+
+
+def test_forced_fallback_keeps_verdicts(tmp_path, shm):
+    _, held = make_leaks(shm, 2, "held")
+    _, free = make_leaks(shm, 2, "free")
+    holder = Holder(tmp_path, "hold", "hold", "-t", 60, *held)
+    holder.wait_ready()
+    agent = start_agent(tmp_path / "agent", config(tmp_path / "agent", shm, observer="scan"))
+    try:
+        assert metric(agent, "shmkeeper_observer_mode", 'mode="scan"') == 1
+        assert metric(agent, "shmkeeper_observer_mode", 'mode="fanotify"') == 0
+        wait_scans(agent, 2)
+        assert metric(agent, "shmkeeper_proc_walks_total", 'reason="scan"') >= 2
+        wait_for(lambda: all(l.get("reclaimable") for p, l in leaks_by_path(agent).items() if "free" in p),
+                 timeout=20, what="free files leaked")
+        out = agent.json("reclaim", "--yes")
+        assert {l["path"] for l in out.get("reclaimed", [])} == {str(p) for p in free}
+        assert all(p.exists() for p in held)
+        assert "observer is scan" in agent.log.read_text()
+    finally:
+        agent.stop()
+        holder.kill()
+
+
+def test_o_path_holder_is_the_probes_blind_spot_and_the_walks_catch_it(tmp_path, shm):
+    """An O_PATH descriptor takes no part in leases: the observer calls the
+    file unheld (positive control: it becomes `leaked`), the audit's walk
+    counts the disagreement, and reclaim's final walk keeps the file."""
+    _, (f,) = make_leaks(shm, 1, "opath")
+    holder = subprocess.Popen([sys.executable, "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_PATH); "
+                               "print('ready', flush=True); time.sleep(120)", str(f)], stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    cfg = config(tmp_path / "agent", shm).replace("  scanInterval:", "  auditInterval: 8s\n  scanInterval:", 1)
+    agent = start_agent(tmp_path / "agent", cfg)
+    try:
+        wait_for(lambda: leaks_by_path(agent).get(str(f), {}).get("reclaimable"), timeout=20,
+                 what="the O_PATH-held file judged leaked by the observer")
+        out = agent.json("reclaim", "--yes")
+        assert not out.get("reclaimed"), out
+        assert f.exists()
+        assert metric(agent, "shmkeeper_reclaim_kept_total", 'reason="held"') >= 1
+        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="audit"') >= 1, timeout=30,
+                 what="an audit walk")
+        assert metric(agent, "shmkeeper_observer_audit_disagreements_total", 'kind="walk_only"') >= 1
+        assert metric(agent, "shmkeeper_observer_audit_disagreements_total", 'kind="missed_event"') == 0
+    finally:
+        agent.stop()
+        holder.kill()
+        holder.wait()
