@@ -105,7 +105,7 @@ void Report(const ContainerPolicy& policy, const std::string& id, const char* le
   if (std::string(level) == "error") TellTheRuntime("shmkeeper-hook: " + s.message());
   Json rec = DecisionFailureRecord(id, level, "hook", action, s, policy.Problem());
   // The line is on stderr already: a log that cannot be written loses nothing more.
-  (void)AppendJsonLine(policy.config.log.path, rec, LogLevel::kError, policy.config.log.level);
+  (void)AppendDecisionLine(policy.config, rec, LogLevel::kError);
 }
 
 int Run(const std::string& config_flag, const std::string& stage_arg) {
