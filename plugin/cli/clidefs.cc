@@ -1,0 +1,39 @@
+#include "clidefs.h"
+
+#include "shmkeeper/version.h"
+
+namespace shmkeeper::cli {
+
+void DefineAgentCli(CLI::App& app, AgentFlags* f) {
+  app.name("shmkeeperd");
+  app.description("shmkeeperd: the shmkeeper node agent");
+  app.set_version_flag("--version",
+                       std::string("shmkeeperd ") + SHMKEEPER_VERSION + " (commit " + SHMKEEPER_COMMIT + ")");
+  app.add_option("--config", f->config, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
+  app.add_option("--socket", f->socket, "Override agent.socket");
+  app.add_option("--metrics-address", f->metrics_address, "Override agent.metricsAddress");
+  app.add_flag("--reconcile", f->reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
+  app.add_flag("--check-config", f->check_config,
+               "Parse the config, print the effective settings as JSON and exit (non-zero with file:line:col when "
+               "invalid); run it before a reload (SIGHUP)");
+  app.add_flag("--probe", f->probe,
+               "Liveness probe: ask the agent this config describes for /healthz; exit 0 if healthy");
+}
+
+void DefineHookCli(CLI::App& app, HookFlags* f) {
+  app.name("shmkeeper-hook");
+  app.description("shmkeeper-hook: size /dev/shm from an OCI hook (CRI-O, podman)");
+  app.add_option("--config", f->config, "shmkeeper config (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
+  app.add_option("stage", f->stage, "createRuntime, prestart or poststop (default: from the state's status)")
+      ->check(CLI::IsMember({"createRuntime", "prestart", "poststop"}));
+}
+
+void DefineDoctorCli(CLI::App& app, DoctorFlags* f) {
+  app.name("shmkeeper-doctor");
+  app.description("shmkeeper-doctor: diagnose /dev/shm here and print the fix");
+  app.set_version_flag("--version", std::string("shmkeeper-doctor ") + SHMKEEPER_VERSION);
+  app.add_option("-o,--output", f->output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--shm", f->shm_path, "The shared memory directory to examine");
+}
+
+}  // namespace shmkeeper::cli

@@ -1,0 +1,30 @@
+// The command lines of shmkeeperd, shmkeeper-hook and shmkeeper-doctor,
+// defined once: each binary parses its own with these, and
+// `shmkeeper man` / `shmkeeper completion` walk the same definitions. Each
+// Define* call adds options to a fresh app and binds them to `*flags`, which
+// must outlive the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace shmkeeper::cli {
+
+struct AgentFlags {
+  std::string config, socket, metrics_address;
+  bool reconcile = false, check_config = false, probe = false;
+};
+void DefineAgentCli(CLI::App& app, AgentFlags* flags);
+
+struct HookFlags {
+  std::string config, stage;
+};
+void DefineHookCli(CLI::App& app, HookFlags* flags);
+
+struct DoctorFlags {
+  std::string output = "table";
+  std::string shm_path = "/dev/shm";
+};
+void DefineDoctorCli(CLI::App& app, DoctorFlags* flags);
+
+}  // namespace shmkeeper::cli
