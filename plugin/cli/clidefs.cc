@@ -36,4 +36,27 @@ void DefineDoctorCli(CLI::App& app, DoctorFlags* f) {
   app.add_option("--shm", f->shm_path, "The shared memory directory to examine");
 }
 
+void DescribeRuntimeCli(CLI::App& app) {
+  app.name("shmkeeper-runtime");
+  app.description("shmkeeper-runtime: OCI runtime wrapper that sizes /dev/shm, then runs runc or crun");
+  app.set_help_flag();  // --help goes to the real runtime
+  app.add_option("--config",
+                 "shmkeeper's policy file, removed from the command line the real runtime sees (default "
+                 "$SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
+  app.add_option("--root", "The real runtime's state directory (passed on)");
+  app.add_option("--log", "The engine's log file: shmkeeper's errors are written there too, in runc's format");
+  app.add_option("--log-format", "text or json (passed on)")->check(CLI::IsMember({"text", "json"}));
+  app.add_flag("-v,--version")->description("shmkeeper-runtime's version and commit, then the real runtime's");
+  for (const char* verb : {"create", "run"}) {
+    CLI::App* sub = app.add_subcommand(
+        verb, std::string("Size /dev/shm in the bundle's config.json, then exec the real runtime's ") + verb);
+    sub->add_option("-b,--bundle", "The bundle directory (default: the working directory)");
+    sub->add_option("container-id", "The container's id");
+  }
+  for (const char* verb : {"start", "state", "kill", "delete", "exec", "ps", "pause", "resume", "update", "events",
+                           "checkpoint", "restore", "list", "spec", "features"}) {
+    app.add_subcommand(verb, "Passed to the real runtime unchanged");
+  }
+}
+
 }  // namespace shmkeeper::cli
