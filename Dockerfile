@@ -21,6 +21,7 @@ RUN apt-get update -qq \
       libssl3 zlib1g libbrotli1 libcpp-httplib0.11 util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=build /out/share/ /usr/local/share/
 COPY --from=build /out/lib/shmkeeper/libshmkeeper-preload.so /usr/local/lib/shmkeeper/libshmkeeper-preload.so
 COPY deploy/image/node-setup.sh /usr/local/bin/node-setup.sh
 COPY deploy/config/config.yaml /etc/shmkeeper/config.yaml

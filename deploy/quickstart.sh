@@ -62,9 +62,9 @@ if [ -d /run/systemd/system ]; then
   install -m 0644 "$repo/deploy/systemd/shmkeeperd.service" /etc/systemd/system/shmkeeperd.service
   systemctl daemon-reload
   systemctl enable --now shmkeeperd
-  if echo "$installed" | grep -q shmkeeperd; then systemctl restart shmkeeperd; fi
+  if echo "$installed" | grep -q '/bin/shmkeeperd$'; then systemctl restart shmkeeperd; fi
 else
-  if agent_running && echo "$installed" | grep -q shmkeeperd; then
+  if agent_running && echo "$installed" | grep -q '/bin/shmkeeperd$'; then
     kill "$agent_pid"; for _ in $(seq 1 50); do agent_running || break; sleep 0.1; done
   fi
   if ! agent_running; then

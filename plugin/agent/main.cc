@@ -9,6 +9,7 @@
 
 #include "base/fileutil.h"
 #include "base/json.h"
+#include "clidefs.h"
 #include "cri_client.h"
 #include "decide/decision_log.h"
 #include "node/agent_lock.h"
@@ -129,25 +130,9 @@ void ReloadPolicy(Agent& agent, const std::string& path, bool must_exist, const 
 }
 
 int Run(int argc, char** argv) {
-  CLI::App app{"shmkeeperd: the shmkeeper node agent", "shmkeeperd"};
-  app.set_version_flag("--version",
-                       std::string("shmkeeperd ") + SHMKEEPER_VERSION + " (commit " + SHMKEEPER_COMMIT + ")");
-  std::string config_flag;
-  Overrides over;
-  app.add_option("--config", config_flag, "Node policy file (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
-  app.add_option("--socket", over.socket, "Override agent.socket");
-  app.add_option("--metrics-address", over.metrics, "Override agent.metricsAddress");
-  app.add_option("--state-dir", over.state_dir, "Override agent.stateDir (the one-agent-per-node lock and identity)");
-  bool check_config = false, probe = false, read_only = false;
-  app.add_flag("--read-only", read_only,
-               "Run beside the agent that holds the node's lock: serve and scan, but never reclaim and never rename "
-               "quarantined files back");
-  app.add_flag("--reconcile", over.reconcile, "Agent-only mode: set agent.reconcile (and criSocket auto if unset)");
-  app.add_flag("--check-config", check_config,
-               "Parse the config, print the effective settings as JSON and exit (non-zero with file:line:col when "
-               "invalid); run it before a reload (SIGHUP)");
-  app.add_flag("--probe", probe,
-               "Liveness probe: ask the agent this config describes over its unix socket; exit 0 if healthy");
+  CLI::App app;
+  cli::AgentFlags flags;
+  cli::DefineAgentCli(app, &flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -155,9 +140,16 @@ int Run(int argc, char** argv) {
     std::cerr << "shmkeeperd: " << e.what() << " (see shmkeeperd --help)\n";
     return 2;
   }
+  Overrides over;
+  over.socket = flags.socket;
+  over.metrics = flags.metrics_address;
+  over.reconcile = flags.reconcile;
+  over.state_dir = flags.state_dir;
+  const bool read_only = flags.read_only;
   over.metrics_set = app.count("--metrics-address") > 0;
-  std::string path = ResolveConfigPath(config_flag);
-  bool must_exist = !config_flag.empty();
+  const bool check_config = flags.check_config, probe = flags.probe;
+  std::string path = ResolveConfigPath(flags.config);
+  bool must_exist = !flags.config.empty();
   Result<Config> config = LoadAgentConfig(path, must_exist, over);
   if (!config.ok()) {
     std::cerr << "shmkeeperd: " << config.status().message() << "\n";

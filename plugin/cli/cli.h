@@ -22,5 +22,6 @@ void RegisterAgent(CLI::App& app, Outcome& outcome);
 void RegisterCompose(CLI::App& app, Outcome& outcome);
 void RegisterDoctor(CLI::App& app, Outcome& outcome);
 void RegisterTop(CLI::App& app, Outcome& outcome);
+void RegisterMan(CLI::App& app, Outcome& outcome);
 
 }  // namespace shmkeeper::cli

@@ -3,16 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "clidefs.h"
 #include "doctor/doctor.h"
-#include "shmkeeper/version.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"shmkeeper-doctor: diagnose /dev/shm here and print the fix", "shmkeeper-doctor"};
-  app.set_version_flag("--version", std::string("shmkeeper-doctor ") + SHMKEEPER_VERSION);
-  std::string output = "table";
-  shmkeeper::DoctorOptions o;
-  app.add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
-  app.add_option("--shm", o.shm_path, "The shared memory directory to examine");
+  CLI::App app;
+  shmkeeper::cli::DoctorFlags flags;
+  shmkeeper::cli::DefineDoctorCli(app, &flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -20,12 +17,14 @@ int main(int argc, char** argv) {
     std::cerr << "shmkeeper-doctor: " << e.what() << "\n";
     return 2;
   }
+  shmkeeper::DoctorOptions o;
+  o.shm_path = flags.shm_path;
   shmkeeper::Result<shmkeeper::DoctorReport> r = shmkeeper::RunDoctor(o);
   if (!r.ok()) {
     std::cerr << "shmkeeper-doctor: " << r.status().message() << "\n";
     return 1;
   }
-  std::cout << (output == "json" ? shmkeeper::DumpJson(shmkeeper::DoctorToJson(*r), 2) + "\n"
-                                 : shmkeeper::DoctorToText(*r));
+  std::cout << (flags.output == "json" ? shmkeeper::DumpJson(shmkeeper::DoctorToJson(*r), 2) + "\n"
+                                       : shmkeeper::DoctorToText(*r));
   return 0;
 }

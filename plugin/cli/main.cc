@@ -7,8 +7,8 @@
 namespace shmkeeper::cli {
 namespace {
 
-constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent,
-                                RegisterCompose, RegisterDoctor,  RegisterTop};
+constexpr Registrar kVerbs[] = {RegisterVersion, RegisterInstall, RegisterAgent, RegisterCompose,
+                                RegisterDoctor,  RegisterTop,     RegisterMan};
 
 int Run(int argc, char** argv) {
   CLI::App app{"shmkeeper: right-sized /dev/shm and visible, safe shared memory for containers", "shmkeeper"};

@@ -22,6 +22,7 @@
 #include "base/fileutil.h"
 #include "base/json.h"
 #include "base/os.h"
+#include "clidefs.h"
 #include "decide/config.h"
 #include "decide/decision_log.h"
 #include "decide/node_config.h"
@@ -105,7 +106,7 @@ void Report(const ContainerPolicy& policy, const std::string& id, const char* le
   if (std::string(level) == "error") TellTheRuntime("shmkeeper-hook: " + s.message());
   Json rec = DecisionFailureRecord(id, level, "hook", action, s, policy.Problem());
   // The line is on stderr already: a log that cannot be written loses nothing more.
-  (void)AppendJsonLine(policy.config.log.path, rec, LogLevel::kError, policy.config.log.level);
+  (void)AppendDecisionLine(policy.config, rec, LogLevel::kError);
 }
 
 int Run(const std::string& config_flag, const std::string& stage_arg) {
@@ -147,11 +148,9 @@ int Run(const std::string& config_flag, const std::string& stage_arg) {
 }  // namespace shmkeeper
 
 int main(int argc, char** argv) {
-  CLI::App app{"shmkeeper-hook: size /dev/shm from an OCI hook (CRI-O, podman)", "shmkeeper-hook"};
-  std::string config, stage;
-  app.add_option("--config", config, "shmkeeper config (default $SHMKEEPER_CONFIG or /etc/shmkeeper/config.yaml)");
-  app.add_option("stage", stage, "createRuntime, prestart or poststop (default: from the state's status)")
-      ->check(CLI::IsMember({"createRuntime", "prestart", "poststop"}));
+  CLI::App app;
+  shmkeeper::cli::HookFlags flags;
+  shmkeeper::cli::DefineHookCli(app, &flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -159,5 +158,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shmkeeper-hook: %s\n", e.what());
     return 2;
   }
-  return shmkeeper::Run(config, stage);
+  return shmkeeper::Run(flags.config, flags.stage);
 }

@@ -62,7 +62,7 @@ void Report(const RuntimeArgs& args, const ContainerPolicy& policy, const char* 
   // The line is on stderr already: a log that cannot be written loses nothing more.
   (void)AppendRuntimeLog(args.log_path, args.log_format, level, msg);
   Json rec = DecisionFailureRecord(args.container_id, level, "runtime", action, s, policy.Problem());
-  (void)AppendJsonLine(policy.config.log.path, rec, LogLevel::kError, policy.config.log.level);
+  (void)AppendDecisionLine(policy.config, rec, LogLevel::kError);
 }
 
 // Sizes the container's /dev/shm; problems that do not stop it are reported

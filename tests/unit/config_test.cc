@@ -20,6 +20,8 @@ TEST(Config, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(c->runtime.path, "");
   EXPECT_EQ(c->log.path, "/var/log/shmkeeper/runtime.log");
   EXPECT_EQ(c->log.level, LogLevel::kInfo);
+  EXPECT_EQ(c->log.max_bytes, 10 << 20);
+  EXPECT_EQ(c->log.max_files, 3);
   EXPECT_FALSE(c->preload.reserve);  // no up-front commit unless asked for
 }
 
@@ -46,6 +48,8 @@ runtime:
 log:
   path: /tmp/x.log
   level: debug
+  maxSize: 64Mi
+  maxFiles: 5
 )",
                                  "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
@@ -56,6 +60,11 @@ log:
   EXPECT_EQ(c->runtime.path, "/usr/sbin/runc");
   EXPECT_EQ(c->log.path, "/tmp/x.log");
   EXPECT_EQ(c->log.level, LogLevel::kDebug);
+  EXPECT_EQ(c->log.max_bytes, 64 << 20);
+  EXPECT_EQ(c->log.max_files, 5);
+  Result<Config> never = ParseConfig("log:\n  maxSize: 0\n", "c.yaml");
+  ASSERT_TRUE(never.ok()) << never.status().message();
+  EXPECT_EQ(never->log.max_bytes, 0);
 }
 
 TEST(Config, AutoKeywords) {
@@ -88,6 +97,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"shm:\n  overMax: maybe\n", "key 'shm.overMax': \"maybe\" is not one of reject, clamp"},
                       BadCase{"onInternalError: ignore\n", "key 'onInternalError'"},
                       BadCase{"log:\n  level: loud\n", "key 'log.level'"},
+                      BadCase{"log:\n  maxSize: big\n", "key 'log.maxSize': invalid size \"big\""},
+                      BadCase{"log:\n  maxFiles: 0\n", "key 'log.maxFiles': \"0\" is not a number from 1 to 9"},
                       BadCase{"runtime:\n  path: runc\n", "key 'runtime.path': must be an absolute path"},
                       BadCase{"shm: 5\n", "key 'shm': expected a mapping"},
                       BadCase{"shm:\n  max: [1, 2]\n", "key 'shm.max': expected a scalar value"},

@@ -131,6 +131,25 @@ const Field kFields[] = {
        return Status::Ok();
      }},
     {"log.level", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kLevelNames, &c->log.level); }},
+    {"log.maxSize",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+       if (text == "0") {
+         c->log.max_bytes = 0;
+         return Status::Ok();
+       }
+       SHMK_ASSIGN_OR_RETURN(c->log.max_bytes, ParseSize(text));
+       return Status::Ok();
+     }},
+    {"log.maxFiles",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
+       if (text.size() != 1 || text[0] < '1' || text[0] > '9') {
+         return Status::Invalid("\"" + text + "\" is not a number from 1 to 9");
+       }
+       c->log.max_files = text[0] - '0';
+       return Status::Ok();
+     }},
     {"agent.socket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.socket); }},
     {"agent.scanInterval",
      [](const YAML::Node& n, Config* c) -> Status {
@@ -333,7 +352,11 @@ nlohmann::json ConfigToJson(const Config& c) {
         {"overMax", kOverMaxNames[static_cast<size_t>(c.shm.over_max)]}}},
       {"onInternalError", kOnErrorNames[static_cast<size_t>(c.on_internal_error)]},
       {"runtime", {{"path", c.runtime.path.empty() ? "runc or crun from PATH" : c.runtime.path}}},
-      {"log", {{"path", c.log.path}, {"level", LogLevelName(c.log.level)}}},
+      {"log",
+       {{"path", c.log.path},
+        {"level", LogLevelName(c.log.level)},
+        {"maxSize", c.log.max_bytes},
+        {"maxFiles", c.log.max_files}}},
       {"inject", {{"preload", c.inject.preload}, {"library", c.inject.library}}},
       {"preload", {{"reserve", c.preload.reserve}}},
       {"cuda", {{"devDir", c.cuda.dev_dir}, {"procDevices", c.cuda.proc_devices}}},

@@ -45,6 +45,11 @@ struct Config {
   struct Log {
     std::string path = "/var/log/shmkeeper/runtime.log";  // log.path; "" = no file log
     LogLevel level = LogLevel::kInfo;                     // log.level
+    // log.maxSize: once the file is larger, the writer that notices renames
+    // it to <path>.1 (older ones shift up). 0 = never rotate.
+    int64_t max_bytes = 10 << 20;
+    // log.maxFiles: rotated files kept (<path>.1 .. <path>.N), 1..9.
+    int max_files = 3;
   } log;
   struct Agent {
     // agent.socket: the gRPC unix socket (mode 0660, root).

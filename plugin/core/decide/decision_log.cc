@@ -1,30 +1,68 @@
 #include "decide/decision_log.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <string>
+#include <utility>
 
 #include "base/fileutil.h"
 
 namespace shmkeeper {
 namespace {
 
-Status AppendLine(const std::string& path, std::string line) {
+Status WriteLine(int fd, const std::string& path, const std::string& line) {
+  ssize_t n;
+  do {
+    n = ::write(fd, line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return Status::FromErrno(errno, "write log " + path);
+  return Status::Ok();
+}
+
+// Rotation by whoever notices, safe with many writers: the rotator holds an
+// exclusive flock on the inode it rotates and re-checks, under the lock, that
+// `path` still names that inode. A writer that opened the same inode waits on
+// the lock, then sees `path` moved on and leaves it; a writer that still holds
+// the old inode appends its line to <path>.1 (whole, never lost). New files
+// appear only after the last rename, so two rotations never shift at once.
+Status RotateIfStill(int fd, const std::string& path, const struct stat& mine, int max_files) {
+  int r;
+  do {
+    r = ::flock(fd, LOCK_EX);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return Status::FromErrno(errno, "lock log " + path);
+  struct stat now;
+  if (::stat(path.c_str(), &now) != 0 || now.st_ino != mine.st_ino || now.st_dev != mine.st_dev) {
+    return Status::Ok();  // another writer rotated it already
+  }
+  for (int i = max_files - 1; i >= 1; --i) {
+    std::string from = path + "." + std::to_string(i);
+    if (::rename(from.c_str(), (path + "." + std::to_string(i + 1)).c_str()) != 0 && errno != ENOENT) {
+      return Status::FromErrno(errno, "rotate log " + from);
+    }
+  }
+  if (::rename(path.c_str(), (path + ".1").c_str()) != 0) return Status::FromErrno(errno, "rotate log " + path);
+  return Status::Ok();  // the lock goes with the fd
+}
+
+Status AppendLine(const std::string& path, std::string line, const LogRotation& rotation = {}) {
   line.push_back('\n');
   size_t slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) ::mkdir(path.substr(0, slash).c_str(), 0755);
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
   if (!fd.valid()) return Status::FromErrno(errno, "open log " + path);
-  ssize_t n;
-  do {
-    n = ::write(fd.get(), line.data(), line.size());
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return Status::FromErrno(errno, "write log " + path);
-  return Status::Ok();
+  SHMK_RETURN_IF_ERROR(WriteLine(fd.get(), path, line));
+  if (rotation.max_bytes <= 0) return Status::Ok();
+  struct stat st;  // the one extra system call on the create path
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "stat log " + path);
+  if (st.st_size < rotation.max_bytes) return Status::Ok();
+  return RotateIfStill(fd.get(), path, st, rotation.max_files < 1 ? 1 : rotation.max_files);
 }
 
 }  // namespace
@@ -89,11 +127,17 @@ Json DecisionFailureRecord(const std::string& container_id, const char* level, c
   return r;
 }
 
-Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level) {
+Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level,
+                      const LogRotation& rotation) {
   if (path.empty() || level < min_level) return Status::Ok();
   if (!record.contains("time")) record["time"] = NowRfc3339();
   if (!record.contains("level")) record["level"] = LogLevelName(level);
-  return AppendLine(path, DumpJson(record));
+  return AppendLine(path, DumpJson(record), rotation);
+}
+
+Status AppendDecisionLine(const Config& config, Json record, LogLevel level) {
+  return AppendJsonLine(config.log.path, std::move(record), level, config.log.level,
+                        LogRotation{config.log.max_bytes, config.log.max_files});
 }
 
 std::string RuntimeLogLine(const std::string& format, const char* level, const std::string& msg) {

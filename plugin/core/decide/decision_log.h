@@ -32,10 +32,26 @@ Json DecisionRecord(const std::string& container_id, const ShmPlan& plan, const 
 Json DecisionFailureRecord(const std::string& container_id, const char* level, const char* by, const char* action,
                            const Status& error, const std::string& policy = "");
 
+// Size-capped rotation of a log many processes append to at once.
+struct LogRotation {
+  int64_t max_bytes = 0;  // rotate once the file has this many bytes; 0 = never
+  int max_files = 1;      // keep <path>.1 .. <path>.max_files
+};
+
 // Appends `record` as one line to `path` (created 0640, parent 0755). Writes
 // are single write(2) calls with O_APPEND, so concurrent writers interleave by
-// line. A record below `min_level` is dropped.
-Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level);
+// line. A record below `min_level` is dropped. With rotation.max_bytes > 0,
+// one fstat(2) follows the write; when the file has reached the cap, this
+// writer renames <path>.i to <path>.i+1 and <path> to <path>.1 under an
+// exclusive flock(2) on the file, so that among many writers exactly one
+// rotates and no line is lost or split (a writer still holding the old file
+// finishes its line in <path>.1). Thread-safe; safe across processes.
+Status AppendJsonLine(const std::string& path, Json record, LogLevel level, LogLevel min_level,
+                      const LogRotation& rotation = {});
+
+// AppendJsonLine to the policy's decision log (log.path, log.level,
+// log.maxSize, log.maxFiles).
+Status AppendDecisionLine(const Config& config, Json record, LogLevel level);
 
 // One line in the engine's log format: "json" gives runc's JSON, anything else
 // logrus' text form.

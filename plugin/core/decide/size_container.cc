@@ -50,7 +50,7 @@ Status SizeContainerShm(const std::string& bundle, const std::string& container_
     Status written = WriteSizingRecord(bundle, SizingRecordOf(plan, who == Applier::kHook ? "hook" : "runtime"));
     if (!written.ok()) warnings->push_back(written.WithContext("sizing record (the agent shows no sizedBy)"));
   }
-  Status logged = AppendJsonLine(config.log.path, record, LogLevel::kInfo, config.log.level);
+  Status logged = AppendDecisionLine(config, record, LogLevel::kInfo);
   if (!logged.ok()) warnings->push_back(logged.WithContext("decision log"));
   return Status::Ok();
 }

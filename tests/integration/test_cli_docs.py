@@ -1,0 +1,128 @@
+"""Man pages and shell completion (`shmkeeper man`, `shmkeeper completion`):
+generated from the binaries' CLI11 definitions. Checked against what the
+binaries themselves say in --help (CLI11's own formatter, not the generator),
+rendered by man/groff, and sourced into a real bash that completes words."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from harness import BUILD, CLI
+
+BINARIES = ["shmkeeper", "shmkeeperd", "shmkeeper-runtime", "shmkeeper-hook", "shmkeeper-doctor"]
+
+
+def out(*argv):
+    p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (argv, p.stdout, p.stderr)
+    return p.stdout
+
+
+def help_section(text, title):
+    """Names in a CLI11 --help section ("Subcommands:", "Options:")."""
+    names, inside = [], False
+    for line in text.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            inside = line == title + ":"
+            continue
+        m = re.match(r"  (\S+)", line)
+        if inside and m:
+            names.append(m.group(1))
+    return names
+
+
+def subcommand_paths(words=()):
+    """Every subcommand path of the CLI, from --help at each level."""
+    paths = []
+    for sub in help_section(out(CLI, *words, "--help"), "Subcommands"):
+        paths.append(words + (sub,))
+        paths += subcommand_paths(words + (sub,))
+    return paths
+
+
+def long_options(binary, words=()):
+    text = out(BUILD / "plugin" / binary, *words, "--help")
+    return sorted({o for o in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", text)})
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+def test_man_page_renders_cleanly(binary, tmp_path):
+    page = out(CLI, "man", binary)
+    assert page.startswith(".\\\"") and ".TH " + binary.upper().replace("-", "\\-") + " 1" in page
+    path = tmp_path / f"{binary}.1"
+    path.write_text(page)
+    g = subprocess.run(["groff", "-man", "-ww", "-z", str(path)], capture_output=True, text=True, timeout=30)
+    assert g.returncode == 0 and g.stderr == "", g.stderr
+    if shutil.which("man"):
+        m = subprocess.run(["man", "--warnings", "-l", str(path)], capture_output=True, text=True, timeout=30,
+                           env={"MANWIDTH": "100", "MANPAGER": "cat", "PATH": "/usr/bin:/bin"})
+        assert m.returncode == 0 and m.stderr == "", m.stderr
+        assert "NAME" in m.stdout and "OPTIONS" in m.stdout
+    # The build generated the same page for installation.
+    assert (BUILD / "plugin" / "doc" / "man1" / f"{binary}.1").read_text() == page
+
+
+def test_every_subcommand_and_option_is_in_the_man_pages():
+    page = out(CLI, "man")
+    paths = subcommand_paths()
+    assert ("install", "docker") in paths and ("man",) in paths  # positive control: --help was parsed
+    for p in paths:
+        assert f'.SS "shmkeeper {" ".join(p)}"' in page, p
+        for opt in long_options("shmkeeper", p):
+            assert "\\-\\-" + opt[2:].replace("-", "\\-") in page, (p, opt)
+    for binary in ["shmkeeperd", "shmkeeper-hook", "shmkeeper-doctor"]:
+        other = out(CLI, "man", binary)
+        opts = long_options(binary)
+        assert "--config" in opts or "--output" in opts
+        for opt in opts:
+            assert "\\-\\-" + opt[2:].replace("-", "\\-") in other, (binary, opt)
+
+
+def complete(script, line):
+    """What bash completes for `line` (words split on spaces; the last one is
+    the word being completed) with the generated script sourced."""
+    words = line.split(" ")
+    fn = "_" + words[0].replace("-", "_")
+    prog = (f"source {script}\n"
+            f"complete -p {words[0]} >/dev/null || exit 3\n"
+            f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+            f"{fn}; printf '%s\\n' \"${{COMPREPLY[@]}}\"\n")
+    p = subprocess.run(["bash", "--norc", "--noprofile", "-c", prog], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (line, p.stdout, p.stderr)
+    return [w for w in p.stdout.splitlines() if w]
+
+
+def test_bash_completion_completes_verbs_options_and_values(tmp_path):
+    script = tmp_path / "shmkeeper.bash"
+    script.write_text(out(CLI, "completion", "bash"))
+    assert script.read_text() == (BUILD / "plugin" / "doc" / "bash-completion" / "shmkeeper").read_text()
+    p = subprocess.run(["bash", "--norc", "-c", f"source {script}; complete -p"], capture_output=True, text=True)
+    for binary in BINARIES:
+        assert f" {binary}\n" in p.stdout + "\n", p.stdout
+    assert complete(script, "shmkeeper re") == ["reclaim"]
+    assert set(complete(script, "shmkeeper ")) >= {s[0] for s in subcommand_paths() if len(s) == 1}
+    assert set(complete(script, "shmkeeper install ")) >= {"docker", "containerd", "crio", "podman"}
+    assert "--dry-run" in complete(script, "shmkeeper install docker --")
+    assert complete(script, "shmkeeper-doctor -o ") == ["table", "json"]
+    assert set(complete(script, "shmkeeper-hook ")) >= {"createRuntime", "prestart", "poststop", "--config"}
+    assert complete(script, "shmkeeperd --check") == ["--check-config"]
+    assert "create" in complete(script, "shmkeeper-runtime cr")
+    # An option's value is not taken for a subcommand: files are offered.
+    (tmp_path / "daemon.json").write_text("{}")
+    assert complete(script, f"shmkeeper install docker --config {tmp_path}/dae") == [f"{tmp_path}/daemon.json"]
+
+
+def test_zsh_completion_parses():
+    text = out(CLI, "completion", "zsh")
+    assert text.startswith("#compdef " + " ".join(BINARIES))
+    if not shutil.which("zsh"):
+        pytest.skip("zsh not installed: syntax not checked")
+    p = subprocess.run(["zsh", "-n", "-c", text], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+
+
+def test_bad_arguments_exit_2():
+    for argv in (["man", "runc"], ["completion", "fish"], ["completion"]):
+        p = subprocess.run([str(CLI), *argv], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith("shmkeeper: "), (argv, p)
