@@ -131,7 +131,7 @@ void ReloadPolicy(Agent& agent, const std::string& path, bool must_exist, const 
 
 int Run(int argc, char** argv) {
   CLI::App app;
-  cli::AgentFlags flags;
+  cli::AgentdFlags flags;
   cli::DefineAgentCli(app, &flags);
   try {
     app.parse(argc, argv);

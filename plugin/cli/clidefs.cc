@@ -4,7 +4,7 @@
 
 namespace shmkeeper::cli {
 
-void DefineAgentCli(CLI::App& app, AgentFlags* f) {
+void DefineAgentCli(CLI::App& app, AgentdFlags* f) {
   app.name("shmkeeperd");
   app.description("shmkeeperd: the shmkeeper node agent");
   app.set_version_flag("--version",

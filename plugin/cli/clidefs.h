@@ -10,11 +10,12 @@
 
 namespace shmkeeper::cli {
 
-struct AgentFlags {
+// shmkeeperd's flags (not the CLI's AgentFlags in agent_client.h: one name, one type).
+struct AgentdFlags {
   std::string config, socket, metrics_address, state_dir;
   bool reconcile = false, check_config = false, probe = false, read_only = false;
 };
-void DefineAgentCli(CLI::App& app, AgentFlags* flags);
+void DefineAgentCli(CLI::App& app, AgentdFlags* flags);
 
 struct HookFlags {
   std::string config, stage;

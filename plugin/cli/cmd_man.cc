@@ -56,7 +56,7 @@ ManInfo InfoFor(const std::string& binary) {
 // The five apps: this binary's own root, the others built from clidefs.h.
 struct Apps {
   CLI::App agent, runtime, hook, doctor;
-  AgentFlags agent_flags;
+  AgentdFlags agent_flags;
   HookFlags hook_flags;
   DoctorFlags doctor_flags;
   explicit Apps() {
