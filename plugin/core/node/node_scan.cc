@@ -105,7 +105,8 @@ LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileK
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
                                        const NodeRefs* refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
                                        const std::set<FileKey>& held_keys,
-                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc) {
+                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc,
+                                       std::map<FileKey, FoundHolders>* found) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   n = std::min(n, idx.size());
@@ -122,6 +123,21 @@ std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<Shm
       for (pid_t pid : seen->second) {
         if (ProcessHolds(pid, f.key, proc)) seg.holders.push_back({pid, ProcCommand(pid, proc), false, ""});
       }
+    }
+    if (seg.holders.empty() && held_keys.count(f.key) > 0) {
+      // Held, but no event named a holder (it opened the file before the
+      // tmpfs was marked): the pids a walk for this file alone found before,
+      // confirmed one by one; a new walk for it only when none still holds
+      // it, at most once a minute.
+      FoundHolders& fh = (*found)[f.key];
+      std::erase_if(fh.pids, [&](pid_t pid) { return !ProcessHolds(pid, f.key, proc); });
+      auto now = SteadyClock::now();
+      if (fh.pids.empty() && (fh.walked == SteadyClock::time_point{} || now - fh.walked > std::chrono::minutes(1))) {
+        fh.walked = now;
+        std::map<FileKey, std::vector<HolderRef>> walked = ScanHolders({f.key}, proc);
+        for (const HolderRef& r : walked[f.key]) fh.pids.push_back(r.pid);
+      }
+      for (pid_t pid : fh.pids) seg.holders.push_back({pid, ProcCommand(pid, proc), false, ""});
     }
     if (refs) {  // read by this scan (always when some file was unheld)
       for (const FileRef& r : refs->Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
@@ -557,13 +573,14 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     std::map<FileKey, LeakState> verdicts;
     for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
     p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
-                                 held.observed_pids, opts_.proc);
+                                 held.observed_pids, opts_.proc, &found_holders_);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, &view, *access, clock, &ipc_seen, &snap);
   }
   std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
   std::erase_if(lease_refused_, [&](const FileKey& k) { return !live_keys_.count(k); });
+  std::erase_if(found_holders_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
   if (opts_.creators) opts_.creators->Retain(live_keys_);
   if (opts_.observer) {
     std::set<dev_t> devs;

@@ -187,6 +187,13 @@ struct NameHint {
 };
 NameHint CreatorHintFromName(const std::string& name);
 
+// The holders a walk for one held file found, and when it ran (Scanner's
+// fallback for files opened before their tmpfs was observed).
+struct FoundHolders {
+  std::vector<pid_t> pids;
+  std::chrono::steady_clock::time_point walked;
+};
+
 class Scanner {
  public:
   explicit Scanner(ScanOptions options) : opts_(std::move(options)) {}
@@ -252,7 +259,10 @@ class Scanner {
   ScanOptions opts_;
   std::map<FileKey, History> history_;
   std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
-  std::set<FileKey> live_keys_;                    // seen in the current scan
+  std::set<FileKey> live_keys_;  // seen in the current scan
+  // Holders of held top segments that no event named, found by a walk for
+  // that file alone (TopSegments); entries go with the files (pruned per scan).
+  std::map<FileKey, FoundHolders> found_holders_;
   std::set<FileKey> lease_refused_;                // see NoteLeaseRefused
   std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
   int64_t scans_ = 0;
