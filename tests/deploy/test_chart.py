@@ -36,7 +36,7 @@ CHART_VALUES = {
     "report-only": {"agent": {"reportOnly": True}},
     "networkpolicy": {"metrics": {"networkPolicy": {"enabled": True}}},
 }
-NAMESPACED = {"ServiceAccount", "ConfigMap", "Service", "DaemonSet", "ServiceMonitor", "PrometheusRule"}
+NAMESPACED = {"ServiceAccount", "ConfigMap", "Service", "DaemonSet", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"}
 
 
 def normalise(docs):
