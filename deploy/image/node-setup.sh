@@ -236,14 +236,18 @@ register() {
         watched="$CONFIG_DIR/config-v3.toml.tmpl $CONFIG_DIR/config.toml.tmpl"
       fi
       before=$(checksum $watched)
+      # Exit 3: the file is as asked but the running containerd (it reads its
+      # config only at start; the CLI asks it over CRI) does not have it yet.
+      rc=0
       if [ "$verb" = install ]; then
         set -- "$@" --runtime-path "$BIN_DIR/shmkeeper-runtime"
         [ "$SET_AS_DEFAULT" = true ] && set -- "$@" --set-as-default
-        "$SRC_DIR/shmkeeper" install containerd "$@"
+        "$SRC_DIR/shmkeeper" install containerd "$@" || rc=$?
       else
-        "$SRC_DIR/shmkeeper" uninstall containerd "$@"
+        "$SRC_DIR/shmkeeper" uninstall containerd "$@" || rc=$?
       fi
-      [ "$before" = "$(checksum $watched)" ] || restart_runtime "$runtime" ;;
+      [ "$rc" = 0 ] || [ "$rc" = 3 ] || die "shmkeeper $verb containerd failed (exit $rc; see above)"
+      if [ "$rc" = 3 ] || [ "$before" != "$(checksum $watched)" ]; then restart_runtime "$runtime"; fi ;;
   esac
 }
 

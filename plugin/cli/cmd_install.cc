@@ -6,7 +6,9 @@
 #include <memory>
 
 #include "base/os.h"
+#include "base/term_escape.h"
 #include "cli.h"
+#include "containerd_live.h"
 #include "docker_live.h"
 #include "install/containerd_config.h"
 #include "install/containerd_template.h"
@@ -15,6 +17,22 @@
 
 namespace shmkeeper::cli {
 namespace {
+
+// Exit status of install/uninstall when the file is written but the running
+// engine does not run with it yet (it needs the restart the message names).
+constexpr int kExitRestartNeeded = 3;
+
+// Sets `outcome` from a live-state check: a stale engine is one line on
+// stderr and exit 3 (the file is as asked; scripts restart on 3), another
+// error fails the verb.
+void SetLiveOutcome(Outcome& outcome, const Status& live) {
+  if (live.code() == Code::kFailedPrecondition) {
+    std::cerr << "shmkeeper: " << TermEscape(live.message()) << "\n";
+    outcome.exit_code = kExitRestartNeeded;
+  } else {
+    outcome.status = live;
+  }
+}
 
 // A shmkeeper binary next to this one.
 std::string Sibling(const char* name) {
@@ -73,7 +91,7 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
                     (c->reloaded ? "; dockerd reloaded" : "; no running dockerd uses it"));
     // A reload is not proof: check what the running dockerd does (docker_live.h).
     if (!opts->dry_run && c->reloaded) {
-      outcome.status = VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default);
+      SetLiveOutcome(outcome, VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default));
     }
   });
 }
@@ -106,10 +124,21 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
       outcome.status = c.status();
       return;
     }
+    // containerd reads its config only at start: ask every running
+    // containerd that uses the file what it loaded (containerd_live.h).
+    Status live = Status::Ok();
+    size_t users = 0;
+    if (!opts->dry_run) {
+      live = VerifyContainerdLive(opts->config, opts->runtime_name, install ? opts->runtime_path : "", install,
+                                  opts->set_as_default, &users);
+    }
+    std::string state = !live.ok() ? "; the running containerd does not have it yet"
+                        : users > 0 ? "; the running containerd runs with it"
+                                    : "; no running containerd uses it (it applies at its next start)";
     PrintChange(install ? "installed" : "uninstalled", dir.empty() ? opts->config : dir + " (template)",
                 "runtime handler \"" + opts->runtime_name + "\"", opts->dry_run, *c,
-                std::string(opts->set_as_default ? " (default runtime)" : "") +
-                    "; restart containerd to apply (systemctl restart containerd)");
+                std::string(opts->set_as_default ? " (default runtime)" : "") + state);
+    if (!live.ok()) SetLiveOutcome(outcome, live);
   });
 }
 

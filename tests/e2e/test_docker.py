@@ -126,11 +126,11 @@ def test_uninstall_restores_daemon_json(docker_engine, bins):
     p = run([bins.CLI, "uninstall", "docker", "--config", docker_engine.daemon_json, "--runtime-name", "shmk2"],
             check=False)
     assert docker_engine.daemon_json.read_bytes() == before
-    # Docker 20.10 keeps a removed runtime until it restarts: the uninstall says so and exits non-zero.
+    # Docker 20.10 keeps a removed runtime until it restarts: the uninstall says so and exits 3.
     live = json.loads(docker_engine.docker("info", "--format", "{{json .Runtimes}}").stdout)
     print("uninstall:", p.returncode, p.stderr.strip(), "live runtimes:", sorted(live))
     if "shmk2" in live:
-        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert p.returncode == 3, (p.stdout, p.stderr)
         assert "still runs with default runtime" in p.stderr and "systemctl restart docker" in p.stderr, p.stderr
     else:
         assert p.returncode == 0, p.stderr
@@ -319,7 +319,7 @@ def test_uninstall_of_the_default_runtime_checks_the_live_dockerd(tmp_path, bins
         default = engine.docker("info", "--format", "{{.DefaultRuntime}}").stdout.strip()
         print("uninstall:", p.returncode, p.stdout.strip(), p.stderr.strip(), "live default:", default)
         if default == "shmkeeper":
-            assert p.returncode == 1, (p.stdout, p.stderr)
+            assert p.returncode == 3, (p.stdout, p.stderr)
             assert 'still runs with default runtime "shmkeeper"' in p.stderr
             assert "systemctl restart docker" in p.stderr and "service docker restart" in p.stderr
         else:

@@ -168,6 +168,66 @@ def test_bad_containerd_config_is_refused_untouched(tmp_path):
     assert list(tmp_path.iterdir()) == [cfg]
 
 
+def test_install_and_uninstall_check_what_the_running_containerd_loaded(tmp_path, bins):
+    """containerd reads config.toml only at start: install/uninstall ask the
+    running containerd (CRI Status, verbose: the config it loaded) and, while
+    it runs without the change, exit 3 naming the restart; after the restart
+    the same command exits 0. Bad input changes nothing."""
+    require(shutil.which("containerd") is not None, "containerd is not installed")
+    engine = PrivateContainerd(tmp_path / "ctd")
+    engine.base.mkdir(parents=True)
+    engine.write_config()
+    original = engine.config.read_bytes()
+    engine.start()
+    try:
+        pid = engine.proc.pid
+        # `unshare --net -- containerd`: the containerd is unshare's child or unshare itself (exec)
+        pids = {pid} | {int(c) for c in run(["pgrep", "-P", str(pid)], check=False).stdout.split()}
+        install = [CLI, "install", "containerd", "--config", engine.config, "--runtime-path", RUNTIME]
+        p = run(install, check=False)
+        assert p.returncode == 3, (p.stdout, p.stderr)
+        assert "does not have it yet" in p.stdout
+        [line] = p.stderr.strip().splitlines()
+        assert any(f"containerd (pid {x}, {engine.sock})" in line for x in pids), line
+        assert 'still runs with default runtime "runc", handlers runc' in line
+        # no systemd on this machine: the plain-host wording (a unit/distribution would be named)
+        assert "no init system shmkeeper knows runs it" in line and f"containerd --config {engine.config}" in line
+        assert f"BinaryName = '{RUNTIME}'" in engine.config.read_text()  # the file is as asked
+
+        # Bad input while it runs: one line, exit 2, not a byte changed, no temp file.
+        written = engine.config.read_bytes()
+        before = sorted(engine.base.iterdir())
+        p = run([*install, "--runtime-name", "no such"], check=False)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert engine.config.read_bytes() == written and sorted(engine.base.iterdir()) == before
+
+        engine.stop()
+        engine.start()
+        p = run(install, check=False)
+        assert p.returncode == 0 and "already installed" in p.stdout, (p.stdout, p.stderr)
+        # The handler is loaded, but not as the default: --set-as-default needs another restart.
+        p = run([*install, "--set-as-default"], check=False)
+        assert p.returncode == 3 and 'default runtime "runc"' in p.stderr, (p.stdout, p.stderr)
+        engine.stop()
+        engine.start()
+        assert run([*install, "--set-as-default"], check=False).returncode == 0
+
+        p = run([CLI, "uninstall", "containerd", "--config", engine.config], check=False)
+        assert p.returncode == 3, (p.stdout, p.stderr)
+        assert f'still runs with default runtime "shmkeeper", handlers runc, shmkeeper ({RUNTIME})' in p.stderr
+        assert "(the default: every new pod) still runs shmkeeper-runtime" in p.stderr
+        assert engine.config.read_bytes() == original
+        engine.stop()
+        engine.start()
+        p = run([CLI, "uninstall", "containerd", "--config", engine.config], check=False)
+        assert p.returncode == 0 and "already uninstalled" in p.stdout, (p.stdout, p.stderr)
+    finally:
+        engine.stop()
+    # Nothing uses the file now: exit 0, and it says when the change applies.
+    p = run(install, check=False)
+    assert p.returncode == 0 and "no running containerd uses it" in p.stdout, (p.stdout, p.stderr)
+
+
 # ---- the agent on a CRI node -------------------------------------------------
 
 @pytest.fixture(scope="module")

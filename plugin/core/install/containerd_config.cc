@@ -269,6 +269,12 @@ Status PointDefault(Lines* lines, const toml::table& orig, const Layout& l, cons
 
 std::string WithoutShmkeeperLines(const std::string& text) { return StripOurLines(text); }
 
+std::string ContainerdGrpcAddress(const std::string& text) {
+  Result<toml::table> t = ParseToml(text, "config");
+  if (!t.ok()) return "";
+  return (*t)["grpc"]["address"].value_or<std::string>("");
+}
+
 const std::vector<std::string>& ContainerdPassedAnnotations() {
   static const std::vector<std::string> kPassed = {"shmkeeper.io/*", "shm-size.crio.io", "io.kubernetes.cri-o.ShmSize"};
   return kPassed;

@@ -39,6 +39,10 @@ Result<std::string> WithoutContainerdRuntime(const std::string& text, const std:
 // The text with every shmkeeper line removed (no parsing: also for templates).
 std::string WithoutShmkeeperLines(const std::string& text);
 
+// The `[grpc] address` of a config.toml text ("" when unset or unparsable:
+// containerd then listens on /run/containerd/containerd.sock).
+std::string ContainerdGrpcAddress(const std::string& text);
+
 // Edit the file (backup once, atomic write). containerd reads its config only
 // at start: the caller restarts it when `changed`.
 Result<ConfigChange> InstallContainerd(const ContainerdInstallOptions& opts);
