@@ -12,7 +12,7 @@ build=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc lib
 runtime=(docker.io containerd runc busybox-static iproute2 util-linux)
 test=(python3 python3-pytest python3-yaml python3-torch python3-numpy docker-compose clang clang-format clang-tidy libclang-rt-14-dev lsof git
       prometheus tmux podman crun catatonit curl file golang-go
-      debootstrap chromium postgresql-15)
+      debootstrap chromium postgresql-15 zsh)
 
 want=()
 for group in "$@"; do

@@ -1,7 +1,8 @@
 """Man pages and shell completion (`shmkeeper man`, `shmkeeper completion`):
 generated from the binaries' CLI11 definitions. Checked against what the
 binaries themselves say in --help (CLI11's own formatter, not the generator),
-rendered by man/groff, and sourced into a real bash that completes words."""
+rendered by man/groff, and sourced into a real bash and a real zsh (compinit,
+zpty) that complete words."""
 import re
 import shutil
 import subprocess
@@ -113,13 +114,66 @@ def test_bash_completion_completes_verbs_options_and_values(tmp_path):
     assert complete(script, f"shmkeeper install docker --config {tmp_path}/dae") == [f"{tmp_path}/daemon.json"]
 
 
-def test_zsh_completion_parses():
+ZSH_DRIVER = r"""
+zmodload zsh/zpty
+zpty z 'zsh -f -i'
+zpty -w z "PS1='> '; PATH=$1:\$PATH; fpath=($2 \$fpath); autoload -U compinit; compinit -u -d $2/.zcompdump; LISTMAX=1000; print RE''ADY"
+zpty -r z chunk '*READY*'
+for line in "${@[3,-1]}"; do
+  zpty -w -n z "$line"$'\t'
+  sleep 1
+  all= chunk=
+  while zpty -r -t z chunk; do all+=$chunk; done
+  print -r -- "$all"
+  print -r -- '=====shmkeeper-test====='
+  zpty -w -n z $'\C-e\C-u'
+  sleep 0.2
+  while zpty -r -t z chunk; do :; done
+done
+zpty -d z
+"""
+
+
+def zsh_complete(fn_dir, lines):
+    """What a real interactive zsh (compinit, the completion system) shows
+    after TAB for each line, the generated _shmkeeper in its fpath: the screen
+    text without escape sequences, one string per line."""
+    driver = fn_dir.parent / "driver.zsh"
+    driver.write_text(ZSH_DRIVER)
+    p = subprocess.run(["zsh", "-f", str(driver), str(BUILD / "plugin"), str(fn_dir), *lines], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\r\x07\x08]", "", p.stdout)
+    screens = plain.split("=====shmkeeper-test=====")[:-1]
+    assert len(screens) == len(lines), plain
+    return screens
+
+
+def test_zsh_completion_parses_and_completes(tmp_path):
     text = out(CLI, "completion", "zsh")
     assert text.startswith("#compdef " + " ".join(BINARIES))
+    assert text == (BUILD / "plugin" / "doc" / "zsh" / "_shmkeeper").read_text()
     if not shutil.which("zsh"):
-        pytest.skip("zsh not installed: syntax not checked")
+        pytest.skip("zsh not installed (deploy/install-deps.sh test installs it): not checked")
     p = subprocess.run(["zsh", "-n", "-c", text], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
+    fn = tmp_path / "functions"
+    fn.mkdir()
+    (fn / "_shmkeeper").write_text(text)
+    # compinit registers the function for all five binaries from its #compdef line.
+    p = subprocess.run(["zsh", "-f", "-c", f"fpath=({fn} $fpath); autoload -U compinit; compinit -u -d {fn}/.d; "
+                        "for b in " + " ".join(BINARIES) + "; do print -r -- $b=$_comps[$b]; done"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.stdout.split() == [f"{b}=_shmkeeper" for b in BINARIES], (p.stdout, p.stderr)
+    install, rec, check, doctor, hook = zsh_complete(fn, ["shmkeeper install ", "shmkeeper recl", "shmkeeperd --check",
+                                                          "shmkeeper-doctor -o ", "shmkeeper-hook "])
+    for engine in ("docker", "containerd", "crio", "podman"):
+        assert re.search(rf"^{engine}\s+-- ", install, re.M), install
+    assert "uninstall" not in install  # positive control: the listing is install's, not the top level's
+    assert "shmkeeper reclaim" in rec, rec  # a unique match is inserted
+    assert "shmkeeperd --check-config" in check, check
+    assert re.search(r"\btable\b", doctor) and re.search(r"\bjson\b", doctor), doctor
+    assert "createRuntime" in hook and "poststop" in hook, hook
 
 
 def test_bad_arguments_exit_2():
