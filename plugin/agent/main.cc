@@ -235,4 +235,15 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace shmkeeper::agent
 
-int main(int argc, char** argv) { return shmkeeper::agent::Run(argc, argv); }
+int main(int argc, char** argv) {
+  // A SIGHUP (a reload: `systemctl reload`, a ConfigMap hook) can come at any
+  // time after the process exists; its default action is to exit. Blocked
+  // before anything else runs (flag parsing, the config file): it stays
+  // pending and is read by the sigwait loop as a reload, or discarded by
+  // --check-config/--probe, which exit without waiting for signals.
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &hup, nullptr);
+  return shmkeeper::agent::Run(argc, argv);
+}

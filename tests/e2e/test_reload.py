@@ -110,3 +110,119 @@ def test_a_key_read_at_start_is_named_as_needing_a_restart(agent, tmp_path):
                     what="the restart warning")[0]
     assert line["level"] == "warning" and line["needs_restart"] == ["agent.metricsAddress"], line
     assert agent.metrics()["shmkeeper_config_valid"] == 1  # still served where it was
+
+
+def test_every_key_read_only_at_start_is_named(tmp_path):
+    """agent.observer and agent.stateDir (read once at start: the observer
+    threads, the lock) are named; a policy key changed with them applies."""
+    require(AGENTD.exists(), f"shmkeeperd not built at {AGENTD}")
+    start = f"  stateDir: {tmp_path}/state\n  observer: fanotify\n"
+    a = AgentProcess(tmp_path, config_text(tmp_path, extra=start)).start()
+    try:
+        a.config.write_text(config_text(tmp_path, scan="2s", extra=f"  stateDir: {tmp_path}/state2\n  observer: scan\n"))
+        hup(a)
+        line = wait_for(lambda: [l for l in log_lines(a) if l.get("needs_restart")], timeout=10,
+                        what="the restart warning")[0]
+        assert sorted(line["needs_restart"]) == ["agent.observer", "agent.stateDir"], line
+        assert scan_interval(a) == "2s"  # applied (positive control: the reload ran)
+        assert a.json("status")["node"]["policy"].get("observer", "fanotify") == "fanotify"  # still as it runs
+    finally:
+        a.stop()
+
+
+def sighup_blocked(pid):
+    """Whether SIGHUP is in the process's blocked set (/proc/<pid>/status SigBlk)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
+                    return int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)) != 0
+    except FileNotFoundError:
+        pass
+    return False
+
+
+def test_sighup_in_the_first_milliseconds_of_start_up(tmp_path):
+    """SIGHUPs from the moment the process blocks them (the first thing main
+    does, before flag parsing and the config file) until it serves: the agent
+    comes up, keeps its pid, and reloads (the signals reached it)."""
+    import subprocess
+    require(AGENTD.exists(), f"shmkeeperd not built at {AGENTD}")
+    a = AgentProcess(tmp_path, config_text(tmp_path))
+    log = open(a.log, "a")
+    t0 = time.monotonic()
+    a.proc = subprocess.Popen([str(AGENTD), "--config", str(a.config), "--state-dir", str(tmp_path / "state")],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        pid = a.proc.pid
+        while not sighup_blocked(pid):
+            assert a.proc.poll() is None, "shmkeeperd exited before blocking SIGHUP:\n" + a.log.read_text()
+        first = time.monotonic() - t0
+        sent = 0
+        deadline = time.time() + 20
+        while not (a.sock.exists() and a.cli("status", check=False).returncode == 0):
+            assert a.proc.poll() is None, f"shmkeeperd died after {sent} SIGHUPs:\n" + a.log.read_text()[-3000:]
+            assert time.time() < deadline, "shmkeeperd did not come up"
+            os.kill(pid, signal.SIGHUP)
+            sent += 1
+            time.sleep(0.001)
+        print(f"first SIGHUP {first * 1000:.1f} ms after spawn; {sent} sent before it served")
+        wait_for(lambda: any(l["msg"] == "SIGHUP: reloading the policy" for l in log_lines(a)), timeout=10,
+                 what="a reload from the early SIGHUPs")
+        assert a.proc.poll() is None and a.proc.pid == pid
+        assert scan_interval(a) == "1s"
+    finally:
+        a.stop()
+
+
+def test_sighup_while_start_up_reads_a_slow_config_file(tmp_path):
+    """The config file is a FIFO: start-up blocks opening it (as on a slow or
+    hung filesystem), SIGHUPs arrive then, and the agent still comes up with
+    the file's policy once it is written, and reloads (the signals were kept
+    pending, not lost). Before SIGHUP was blocked first thing in main, the
+    default action killed it here."""
+    import subprocess
+    import threading
+    require(AGENTD.exists(), f"shmkeeperd not built at {AGENTD}")
+    a = AgentProcess(tmp_path, config_text(tmp_path))
+    text = a.config.read_text()
+    fifo = tmp_path / "agent.fifo.yaml"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def writer():  # serves every open of the file (start-up, reload, status's "file on disk")
+        while not stop.is_set():
+            try:
+                with open(fifo, "w") as f:
+                    if not stop.is_set():
+                        f.write(text)
+            except BrokenPipeError:  # the reader went away (the end of the test)
+                pass
+            time.sleep(0.3)  # the reader sees EOF before the next writer opens (else it reads the text twice)
+
+    a.proc = subprocess.Popen([str(AGENTD), "--config", str(fifo), "--state-dir", str(tmp_path / "state")],
+                              stdout=open(a.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+    t = threading.Thread(target=writer, daemon=True)
+    try:
+        pid = a.proc.pid
+        # Blocked in open(2) of the FIFO (/proc/<pid>/syscall: openat is 257 on x86-64, 56 on arm64).
+        wait_for(lambda: open(f"/proc/{pid}/syscall").read().split()[0] in ("257", "56"), timeout=10,
+                 what="start-up blocked opening the config")
+        for _ in range(3):
+            os.kill(pid, signal.SIGHUP)
+        time.sleep(0.3)
+        assert a.proc.poll() is None, f"SIGHUP during start-up killed shmkeeperd (status {a.proc.returncode})"
+        t.start()
+        wait_for(lambda: a.sock.exists() and a.cli("status", check=False).returncode == 0, timeout=20,
+                 what="shmkeeperd serving")
+        wait_for(lambda: any(l["msg"] == "SIGHUP: reloading the policy" for l in log_lines(a)), timeout=10,
+                 what="the pending SIGHUP handled as a reload")
+        assert a.proc.poll() is None and a.proc.pid == pid
+        start = next(l for l in log_lines(a) if l["msg"].startswith("starting shmkeeperd"))
+        assert start["config"]["agent"]["scanInterval"] == "1000ms"  # started with the file's policy
+    finally:
+        a.stop()
+        stop.set()
+        if t.is_alive():
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # unblock the writer's open, if it waits
+            t.join(timeout=5)
