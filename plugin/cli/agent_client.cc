@@ -65,7 +65,7 @@ void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
 }
 
-Status PrintJson(const google::protobuf::Message& msg) {
+Status PrintJson(const google::protobuf::Message& msg, int indent) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
   opts.always_print_primitive_fields = true;  // zeros and empty strings too: scripts never meet a missing key
@@ -75,7 +75,7 @@ Status PrintJson(const google::protobuf::Message& msg) {
   if (doc.is_discarded() || !doc.is_object()) return Status::Internal("JSON: the message did not print as an object");
   Json versioned = {{"schemaVersion", kJsonSchemaVersion}};
   versioned.update(doc);
-  std::cout << DumpJson(versioned, 2) << "\n";
+  std::cout << DumpJson(versioned, indent) << "\n";
   return Status::Ok();
 }
 

@@ -36,8 +36,9 @@ Status RpcError(const AgentFlags& flags, const grpc::Status& s);
 void SetDeadline(grpc::ClientContext* ctx);
 
 // Prints `msg` as protobuf's canonical JSON (camelCase keys, every field
-// printed, zeros included), after "schemaVersion" (kJsonSchemaVersion).
-Status PrintJson(const google::protobuf::Message& msg);
+// printed, zeros included), after "schemaVersion" (kJsonSchemaVersion), then
+// a newline; indent -1: the whole document on that one line (JSON Lines).
+Status PrintJson(const google::protobuf::Message& msg, int indent = 2);
 
 std::string Iec(int64_t bytes);
 

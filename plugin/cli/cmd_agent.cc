@@ -180,9 +180,9 @@ Status Watch(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::WatchRequ
   std::unique_ptr<grpc::ClientReader<v1::Event>> reader = stub.Watch(&ctx, req);
   v1::Event e;
   while (reader->Read(&e)) {
-    if (f.output == "json") {
-      SHMK_RETURN_IF_ERROR(PrintJson(e));
-      std::cout << std::endl;
+    if (f.output == "json") {  // JSON Lines: one event per line, flushed (a pipe sees each at once)
+      SHMK_RETURN_IF_ERROR(PrintJson(e, -1));
+      std::cout.flush();
       continue;
     }
     std::string type = v1::EventType_Name(e.type()).substr(11);

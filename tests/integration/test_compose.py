@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import golden
 from harness import require, run
 
 # Findings whose fix writes the suggested size.
@@ -47,6 +48,14 @@ def test_check_finds_what_is_expected(bins, case):
     assert {svc: s["shmSize"] for svc, s in report["suggestions"].items()} == expected["sizes"]
     for svc, why in expected["why"].items():
         assert why in report["suggestions"][svc]["reason"], report["suggestions"][svc]
+
+
+@pytest.mark.parametrize("case", ["49-web-stack", "22-selenium-grid-sized", "02-pytorch-missing", "05-comments-many"])
+def test_check_json_golden(bins, case):
+    """`compose check -o json`, whole, for a stack that needs nothing and for
+    stacks with findings (golden/README.md in tests/e2e says how to regenerate)."""
+    p = check(bins, Path(__file__).parents[1] / "compose" / case, "-o", "json")
+    golden.check_golden(Path(__file__).parent / "golden", f"compose_check_{case}", json.loads(p.stdout))
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[p.name for p in CORPUS])
