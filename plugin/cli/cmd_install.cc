@@ -132,8 +132,9 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
       live = VerifyContainerdLive(opts->config, opts->runtime_name, install ? opts->runtime_path : "", install,
                                   opts->set_as_default, &users);
     }
-    std::string state = !live.ok() ? "; the running containerd does not have it yet"
-                        : users > 0 ? "; the running containerd runs with it"
+    std::string state = live.code() == Code::kFailedPrecondition ? "; the running containerd does not have it yet"
+                        : !live.ok()                             ? "; could not ask the running containerd"
+                        : users > 0                              ? "; the running containerd runs with it"
                                     : "; no running containerd uses it (it applies at its next start)";
     PrintChange(install ? "installed" : "uninstalled", dir.empty() ? opts->config : dir + " (template)",
                 "runtime handler \"" + opts->runtime_name + "\"", opts->dry_run, *c,

@@ -28,13 +28,10 @@ std::string InProcess(pid_t pid, const std::string& path) {
 bool SameFile(const std::string& a, const std::string& b) {
   struct stat sa {};
   struct stat sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-bool SameMountNamespace(pid_t pid) {
-  return SameFile("/proc/self/ns/mnt", "/proc/" + std::to_string(pid) + "/ns/mnt");
-}
+bool SameMountNamespace(pid_t pid) { return SameFile("/proc/self/ns/mnt", "/proc/" + std::to_string(pid) + "/ns/mnt"); }
 
 // containerd's flags: --config/-c and --address/-a.
 std::string Flag(const std::vector<std::string>& argv, const char* name, const char* short_name) {
@@ -54,8 +51,8 @@ Status AskCri(ContainerdLive* c) {
   runtime::v1::StatusResponse resp;
   grpc::Status s = stub->Status(&ctx, req, &resp);
   if (!s.ok()) {
-    return Status::Internal("containerd pid " + std::to_string(c->pid) + " (" + c->socket +
-                            "): CRI Status failed (" + s.error_message() +
+    return Status::Internal("containerd pid " + std::to_string(c->pid) + " (" + c->socket + "): CRI Status failed (" +
+                            s.error_message() +
                             "); cannot tell which runtime handlers it runs (is its CRI plugin disabled?)");
   }
   auto it = resp.info().find("config");
@@ -154,8 +151,8 @@ Status VerifyContainerdLive(const std::string& config, const std::string& runtim
   for (const ContainerdLive& c : live) {
     if (Applied(c, runtime, binary, install, as_default)) continue;
     return Status::Precondition(
-        config + " is " + (install ? "updated" : "restored") + ", but containerd (pid " + std::to_string(c.pid) +
-        ", " + c.socket + ") still runs with " + Describe(c) +
+        config + " is " + (install ? "updated" : "restored") + ", but containerd (pid " + std::to_string(c.pid) + ", " +
+        c.socket + ") still runs with " + Describe(c) +
         ": containerd reads its config only when it starts. Restart it: " + ContainerdRestartHint(c) + "; " +
         (install ? "until then pods for handler \"" + runtime + "\" fail to start and other pods get no shmkeeper"
                  : "until then handler \"" + runtime + "\"" +

@@ -16,9 +16,9 @@ namespace shmkeeper::cli {
 
 struct ContainerdLive {
   pid_t pid = 0;
-  std::string config;                          // its config file as it names it (--config, or the default)
-  std::string socket;                          // its gRPC socket, as reachable from here
-  std::string default_runtime;                 // CRI containerd.defaultRuntimeName
+  std::string config;                           // its config file as it names it (--config, or the default)
+  std::string socket;                           // its gRPC socket, as reachable from here
+  std::string default_runtime;                  // CRI containerd.defaultRuntimeName
   std::map<std::string, std::string> runtimes;  // handler -> options.BinaryName ("" when none)
 };
 

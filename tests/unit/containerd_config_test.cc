@@ -79,5 +79,13 @@ TEST(ContainerdConfigTest, RefusesWhatItCannotEditSafely) {
   EXPECT_FALSE(WithContainerdRuntime("version = 2\n", "config.toml", bad).ok());
 }
 
+TEST(ContainerdConfigTest, GrpcAddressIsReadFromTheFile) {
+  EXPECT_EQ(ContainerdGrpcAddress("version = 2\n[grpc]\n  address = \"/run/k3s/containerd/containerd.sock\"\n"),
+            "/run/k3s/containerd/containerd.sock");
+  EXPECT_EQ(ContainerdGrpcAddress("version = 2\n"), "");          // unset: containerd's default
+  EXPECT_EQ(ContainerdGrpcAddress("version = 2\n[grpc\n"), "");   // unparsable
+  EXPECT_EQ(ContainerdGrpcAddress("[grpc]\naddress = 3\n"), "");  // not a string
+}
+
 }  // namespace
 }  // namespace shmkeeper
