@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -116,6 +118,14 @@ std::optional<ClaimRejection> MayRemove(const SenderCreds& sender, const struct 
   return ClaimRejection::kUsernsUnmapped;
 }
 
+// Whether descriptor `fd` of `pid` is the file `key` now: one stat of
+// /proc/<pid>/fd/<fd>, which the kernel resolves to the open file itself.
+bool HoldsAt(pid_t pid, int fd, const FileKey& key, const std::string& proc) {
+  struct stat st;
+  std::string link = proc + "/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  return ::stat(link.c_str(), &st) == 0 && st.st_dev == key.dev && st.st_ino == key.ino;
+}
+
 Status Reject(ClaimRejection r, ClaimRejection* why, Status s) {
   *why = r;
   return s;
@@ -131,6 +141,13 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   constexpr std::string_view kShm = "/dev/shm/";
   if (!path.starts_with(kShm) || path.size() == kShm.size() || path.size() > 4096) {
     return Reject(ClaimRejection::kMalformed, why, Status::Invalid("path outside /dev/shm"));
+  }
+  int64_t named_fd = -1;  // none named: a record of a preload before #23
+  if (doc.contains("fd")) {
+    named_fd = IntegerField<int64_t>(doc, "fd", -1);
+    if (named_fd < 0 || named_fd > std::numeric_limits<int>::max()) {
+      return Reject(ClaimRejection::kMalformed, why, Status::Invalid("fd is not a descriptor number"));
+    }
   }
   Result<UniqueFd> shm = OpenProcessDir(sender.pid, "/dev/shm", proc);
   if (!shm.ok()) return Reject(ClaimRejection::kNoFile, why, shm.status());
@@ -152,7 +169,8 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   }
   if (::fstat(dir_fd, &dir) != 0) return Reject(ClaimRejection::kNoFile, why, Status::FromErrno(errno, "stat"));
   VerifiedClaim claim{FileKey{st.st_dev, st.st_ino}, {}};
-  if (!ProcessHolds(sender.pid, claim.key, proc)) {
+  if (!(named_fd >= 0 && HoldsAt(sender.pid, static_cast<int>(named_fd), claim.key, proc)) &&
+      !ProcessHolds(sender.pid, claim.key, proc)) {
     return Reject(ClaimRejection::kNotHolder, why, Status::Precondition("the sender does not hold " + path));
   }
   if (std::optional<ClaimRejection> refused = MayRemove(sender, st, dir, proc)) {
