@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -126,6 +128,34 @@ bool HoldsAt(pid_t pid, int fd, const FileKey& key, const std::string& proc) {
   return ::stat(link.c_str(), &st) == 0 && st.st_dev == key.dev && st.st_ino == key.ino;
 }
 
+// Fills the record's ns_pid and command. Read once per process (pid and
+// start time, which the caller has just read) and kept for a second, per
+// thread (the receiver's): a program creating segments in a loop costs one
+// read of /proc/<pid>/stat per record, not also its status and cmdline.
+void Describe(pid_t pid, uint64_t start_ticks, const std::string& proc, CreatorRecord* rec) {
+  struct Seen {
+    pid_t pid = 0;
+    uint64_t start_ticks = 0;
+    pid_t ns_pid = 0;
+    std::string command;
+    std::chrono::steady_clock::time_point at;
+  };
+  thread_local std::array<Seen, 16> seen;
+  thread_local size_t next = 0;
+  auto now = std::chrono::steady_clock::now();
+  bool cacheable = proc == "/proc";
+  for (const Seen& s : seen) {
+    if (cacheable && s.pid == pid && s.start_ticks == start_ticks && now - s.at < std::chrono::seconds(1)) {
+      rec->ns_pid = s.ns_pid;
+      rec->command = s.command;
+      return;
+    }
+  }
+  rec->ns_pid = NamespacePid(pid, proc);
+  rec->command = ProcCommand(pid, proc);
+  if (cacheable) seen[next++ % seen.size()] = Seen{pid, start_ticks, rec->ns_pid, rec->command, now};
+}
+
 Status Reject(ClaimRejection r, ClaimRejection* why, Status s) {
   *why = r;
   return s;
@@ -186,8 +216,7 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   if (!ReadProcStat(sender.pid, nullptr, &rec.start_ticks, proc)) {
     return Reject(ClaimRejection::kNoFile, why, Status::NotFound("sender is gone"));
   }
-  rec.ns_pid = NamespacePid(sender.pid, proc);
-  rec.command = ProcCommand(sender.pid, proc);
+  Describe(sender.pid, rec.start_ticks, proc, &rec);
   return claim;
 }
 
