@@ -11,10 +11,12 @@
  *      (fallocate) at ftruncate time: memory the program may never touch,
  *      charged to its cgroup at once, for the guarantee that every page it
  *      was given is backed.
- *   2. Creating or unlinking a segment (shm_open with O_CREAT, shm_unlink,
- *      open/openat/creat with O_CREAT under /dev/shm, memfd_create) sends one
- *      datagram to the agent's event socket, non-blocking, dropped when no
- *      agent listens. The agent learns the sender from the kernel.
+ *   2. Creating a segment (shm_open with O_CREAT, open/openat/creat with
+ *      O_CREAT under /dev/shm) sends one creator record to the agent's event
+ *      socket, non-blocking, dropped when no agent listens or its queue is
+ *      full. The agent learns the sender from the kernel. (Unlinks and
+ *      memfd_create sent datagrams too until the agent observed the tmpfs
+ *      itself; they are plain libc now.)
  *
  * Everything else is libc's own: every interposed call first calls the next
  * definition of itself (dlsym(RTLD_NEXT), resolved once in the constructor),
@@ -22,9 +24,10 @@
  * O_TMPFILE, O_PATH, O_NOFOLLOW, fs.protected_regular, O_EXCL races) and
  * pthread cancellation are glibc's by construction. What the library adds
  * runs after that call, with raw system calls (never cancellation points, so
- * a cancelled thread never loses the descriptor it just opened), only
- * async-signal-safe code (no stdio, no malloc, no locks), and no descriptor
- * outlives the call: the event socket is opened CLOEXEC, used once and closed.
+ * a cancelled thread never loses the descriptor it just opened) and only
+ * async-signal-safe code (no stdio, no malloc, no locks). Its one descriptor
+ * is the event socket, kept once an agent listened: CLOEXEC, at a high
+ * number, checked to still be itself before each use (see "creator records").
  * Calls that arrive before the constructor (another library's constructor)
  * use the plain system call. It needs only libc (dlsym is a weak reference)
  * and no glibc symbol newer than GLIBC_2.17.
@@ -74,16 +77,12 @@ typedef int (*open_fn)(const char*, int, ...);
 typedef int (*openat_fn)(int, const char*, int, ...);
 typedef int (*creat_fn)(const char*, mode_t);
 typedef int (*shm_open_fn)(const char*, int, mode_t);
-typedef int (*shm_unlink_fn)(const char*);
-typedef int (*memfd_create_fn)(const char*, unsigned int);
 
 static struct {
   open_fn open, open64;
   openat_fn openat, openat64;
   creat_fn creat, creat64;
   shm_open_fn shm_open;
-  shm_unlink_fn shm_unlink;
-  memfd_create_fn memfd_create;
 } next;
 
 static int reserve_on;             /* SHMKEEPER_PRELOAD_RESERVE=1|true|yes: fallocate at ftruncate */
@@ -110,8 +109,6 @@ __attribute__((constructor)) static void shmk_init(void) {
   STORE(next.creat, (creat_fn)dlsym(RTLD_NEXT, "creat"));
   STORE(next.creat64, (creat_fn)dlsym(RTLD_NEXT, "creat64"));
   STORE(next.shm_open, (shm_open_fn)dlsym(RTLD_NEXT, "shm_open")); /* librt before glibc 2.34: may be absent */
-  STORE(next.shm_unlink, (shm_unlink_fn)dlsym(RTLD_NEXT, "shm_unlink"));
-  STORE(next.memfd_create, (memfd_create_fn)dlsym(RTLD_NEXT, "memfd_create"));
 }
 
 /* ---- async-signal-safe formatting ---------------------------------------- */
@@ -325,14 +322,48 @@ SHMK_EXPORT int ftruncate64(int fd, off_t length) { return ftruncate(fd, length)
 
 /* ---- creator records ----------------------------------------------------- */
 
-/* Whether the agent listens: unknown until the first event needs it, then
- * found out once with connect() on a socket closed at once. While it listens
- * every event is sent; once it is found absent (or a send fails) nothing is
- * tried, and no system call made, for 5 s (CLOCK_MONOTONIC, read from the
- * vDSO). Stored with plain atomics: any thread or signal handler may race
- * here, and any interleaving leaves a valid state. */
+/* Whether the agent listens: unknown until the first record needs it, then
+ * found out by connecting the kept socket (below). While it listens every
+ * record is sent; once it is found absent (or a send fails for another reason
+ * than a full queue) nothing is tried, and no system call made, for 5 s
+ * (CLOCK_MONOTONIC, read from the vDSO). Stored with plain atomics: any
+ * thread or signal handler may race here, and any interleaving leaves a valid
+ * state. */
 static int ev_state; /* 0 unknown, 1 listening, -1 absent until ev_recheck_at */
 static long ev_recheck_at;
+
+/* The kept socket: one SOCK_DGRAM socket per process, connected to the agent
+ * once and used for every record (one sendto each, no path lookup; the old
+ * socket()+sendto()+close() per record cost ~0.8x the plain shm cycle).
+ *   - Identity before every send: a program may close every descriptor it did
+ *     not open (closefrom, close_range) or dup2 over ours, and the number may
+ *     then be another file of the program's. So each send first fstats the
+ *     number and uses it only if it is still a socket with our socket's inode
+ *     and device; otherwise the number is forgotten, never closed (it is the
+ *     program's now), and a new socket is made. A number checked and then
+ *     replaced by another thread within the next system call is the one race
+ *     left: sendto on a socket that is not connected to anything fails, and
+ *     on any other file it fails with ENOTSOCK.
+ *   - Out of the program's way: CLOEXEC (never inherited by an exec'd
+ *     program) and moved with F_DUPFD_CLOEXEC to a number at 3/4 of the
+ *     descriptor limit (at most 768), so the program's own opens still get
+ *     the lowest free numbers, adjacent as without the library. It is one
+ *     more entry in /proc/self/fd while the process has created a segment
+ *     with an agent listening.
+ *   - fork: the child inherits the socket and may use it: the kernel attaches
+ *     the credentials of the task that sends (SCM_CREDENTIALS is the sender's
+ *     pid and uid at sendto, not the socket's creator), so the agent sees the
+ *     child as the sender of the child's records. No pid check is needed.
+ *   - Threads and signal handlers: a thread takes the socket with an atomic
+ *     flag; whoever finds it taken (another thread, or a handler that
+ *     interrupted the holder) sends through a socket of its own made for that
+ *     call, as every record was sent before: never a lock, never a wait.
+ *   - The agent restarted (ECONNREFUSED, ENOTCONN): the socket is closed and
+ *     connected afresh once. */
+static int ev_busy;               /* the kept socket is in use */
+static int ev_fd = -1;            /* the kept socket, -1 none */
+static unsigned long long ev_ino; /* its identity */
+static unsigned long long ev_dev;
 
 static void agent_gone(void) {
   struct timespec now;
@@ -341,53 +372,112 @@ static void agent_gone(void) {
   STORE(ev_state, -1);
 }
 
+/* A socket connected to the agent, CLOEXEC, non-blocking; -1 when no agent
+ * listens. */
+static long connect_agent(void) {
+  long fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (syscall(SYS_connect, fd, &ev_addr, ev_addr_len) != 0) {
+    syscall(SYS_close, fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Whether ev_fd is still the socket this library made. Holder of ev_busy only. */
+static int kept_is_ours(void) {
+  struct stat st;
+  return ev_fd >= 0 && syscall(SYS_fstat, ev_fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+         (unsigned long long)st.st_ino == ev_ino && (unsigned long long)st.st_dev == ev_dev;
+}
+
+/* Makes ev_fd a fresh connected socket, or -1. Holder of ev_busy only. */
+static void open_kept(void) {
+  struct rlimit nofile;
+  struct stat st;
+  long fd = connect_agent(), high;
+  ev_fd = -1;
+  if (fd < 0) return;
+  if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &nofile) == 0 && nofile.rlim_cur >= 16) {
+    unsigned long long at = nofile.rlim_cur > 1024 ? 1024 : nofile.rlim_cur;
+    high = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, (long)(at / 4 * 3));
+    if (high >= 0) {
+      syscall(SYS_close, fd);
+      fd = high;
+    }
+  }
+  if (syscall(SYS_fstat, fd, &st) != 0) {
+    syscall(SYS_close, fd);
+    return;
+  }
+  ev_ino = (unsigned long long)st.st_ino;
+  ev_dev = (unsigned long long)st.st_dev;
+  ev_fd = (int)fd;
+}
+
+/* One datagram through a socket made for this call only (the kept socket is
+ * another thread's at this moment). */
+static int send_once(const char* msg, size_t len) {
+  long fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  long r;
+  if (fd < 0) return 0;
+  r = syscall(SYS_sendto, fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL, &ev_addr, ev_addr_len);
+  if (r < 0 && errno != EAGAIN) r = -2;
+  syscall(SYS_close, fd);
+  return r == -2 ? -1 : 0;
+}
+
+/* Sends `msg`; -1 when no agent takes it (gone, refusing), 0 otherwise (sent,
+ * or dropped on a full queue). */
+static int send_datagram(const char* msg, size_t len) {
+  int tries, r = -1;
+  if (__atomic_exchange_n(&ev_busy, 1, __ATOMIC_ACQUIRE)) return send_once(msg, len);
+  for (tries = 0; tries < 2; tries++) {
+    if (!kept_is_ours()) open_kept(); /* a number no longer ours is forgotten, never closed */
+    if (ev_fd < 0) break;
+    if (syscall(SYS_sendto, ev_fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL, NULL, 0) >= 0 || errno == EAGAIN) {
+      r = 0;
+      break;
+    }
+    /* ECONNREFUSED, ENOTCONN, ECONNRESET: the agent's socket went away (a
+     * restarted agent bound a new one): connect again, once */
+    syscall(SYS_close, ev_fd);
+    ev_fd = -1;
+  }
+  __atomic_store_n(&ev_busy, 0, __ATOMIC_RELEASE);
+  return r;
+}
+
+/* Whether a record may be sent: the kept socket's connect is the probe. */
 static int agent_may_listen(void) {
   struct timespec now;
-  long fd, r = -1;
-  int state = LOAD(ev_state), saved;
+  int state = LOAD(ev_state);
   if (!ev_addr_len) return 0;
   if (state == 1) return 1;
   if (state == -1) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec < LOAD(ev_recheck_at)) return 0;
   }
-  saved = errno;
-  fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    r = syscall(SYS_connect, fd, &ev_addr, ev_addr_len);
-    syscall(SYS_close, fd);
-  }
-  errno = saved;
-  if (r != 0) {
-    agent_gone();
-    return 0;
-  }
-  STORE(ev_state, 1);
+  STORE(ev_state, 1); /* the first send finds out (connect), and says gone if not */
   return 1;
 }
 
-/* One datagram through a socket that lives for this call only. Raw system
- * calls: no cancellation point, async-signal-safe, errno kept. */
-static void send_event(const char* type, const char* path) {
+/* The creation record of `path`, which the caller holds open at `fd`:
+ * {"type":"create","path":"/dev/shm/<name>","fd":<fd>}. The number lets the
+ * agent check that one descriptor of the sender instead of all its
+ * descriptors and mappings (it checks everything when the number no longer
+ * shows the file). Raw system calls: no cancellation point,
+ * async-signal-safe, errno kept. */
+static void send_create(const char* path, int fd) {
   char msg[1200];
   char *p = msg, *end = msg + sizeof msg;
   int saved = errno;
-  long fd;
-  if (!agent_may_listen()) return;
-  put(&p, end, "{\"type\":\"");
-  put(&p, end, type);
-  put(&p, end, "\",\"path\":\"");
+  put(&p, end, "{\"type\":\"create\",\"path\":\"");
   put_escaped(&p, end, path);
-  put(&p, end, "\"}");
-  if (p + 1 >= end) return; /* truncated: not a record */
-  fd = syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    if (syscall(SYS_sendto, fd, msg, (size_t)(p - msg), MSG_DONTWAIT | MSG_NOSIGNAL, &ev_addr, ev_addr_len) < 0 &&
-        errno != EAGAIN) {
-      agent_gone();
-    }
-    syscall(SYS_close, fd);
-  }
+  put(&p, end, "\",\"fd\":");
+  put_u64(&p, end, (unsigned long long)fd);
+  put(&p, end, "}");
+  if (p + 1 < end && send_datagram(msg, (size_t)(p - msg)) < 0) agent_gone(); /* truncated: not a record */
   errno = saved;
 }
 
@@ -408,7 +498,7 @@ static void note_created(int fd, int flags, const char* path) {
     errno = saved;
     return;
   }
-  send_event("create", path);
+  send_create(path, fd);
   errno = saved;
 }
 
@@ -471,7 +561,7 @@ static int creat_via(creat_fn fn, const char* path, mode_t mode) {
 SHMK_EXPORT int creat(const char* path, mode_t mode) { return creat_via(LOAD(next.creat), path, mode); }
 SHMK_EXPORT int creat64(const char* path, mode_t mode) { return creat_via(LOAD(next.creat64), path, mode); }
 
-/* shm_open/shm_unlink for the path only: /dev/shm/<name>, one leading slash
+/* shm_open for the path only: /dev/shm/<name>, one leading slash
  * allowed; 0 when the name is not one libc would accept (libc's call then
  * fails it, or, without libc's, these fail it as glibc does). */
 static int shm_path(const char* name, char* out, size_t n) {
@@ -501,28 +591,5 @@ SHMK_EXPORT int shm_open(const char* name, int oflag, mode_t mode) {
     if (fd < 0 && errno == EISDIR) errno = EINVAL; /* as glibc's shm_open */
   }
   if (fd >= 0 && ok && (oflag & O_CREAT)) note_created(fd, oflag, path);
-  return fd;
-}
-
-SHMK_EXPORT int shm_unlink(const char* name) {
-  char path[sizeof SHM_DIR + 256];
-  shm_unlink_fn fn = LOAD(next.shm_unlink);
-  int r, ok = shm_path(name, path, sizeof path);
-  if (fn) {
-    r = fn(name);
-  } else if (!ok) {
-    errno = strlen(name) > 255 ? ENAMETOOLONG : ENOENT;
-    return -1;
-  } else {
-    r = (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
-  }
-  if (r == 0 && ok) send_event("unlink", path);
-  return r;
-}
-
-SHMK_EXPORT int memfd_create(const char* name, unsigned int flags) {
-  memfd_create_fn fn = LOAD(next.memfd_create);
-  int fd = fn ? fn(name, flags) : (int)syscall(SYS_memfd_create, name, flags);
-  if (fd >= 0) send_event("memfd", name ? name : "");
   return fd;
 }

@@ -21,7 +21,8 @@ made.
 The preload's shm_open/ftruncate/mmap/munmap/shm_unlink cycle (shmgrow bench)
 on the host /dev/shm with the agent listening (event socket, /dev/shm
 watched): (workload CPU + agent CPU) / the plain program's CPU, scan mode
-beside observer, medians over ROUNDS.
+beside observer, beside the observer with no datagrams (the preload finds no
+socket) and no agent at all (the preload alone), medians over ROUNDS.
 """
 import json
 import os
@@ -231,28 +232,32 @@ def preload():
     results = {}
     try:
         # (label, agent mode, the workload's event socket: "" = no datagrams, only fanotify's events)
+        # observer None: no agent at all, the preload alone (its socket absent)
         for label, observer, sock in (("scan", "scan", ev), ("fanotify", "fanotify", ev),
-                                      ("fanotify, no datagrams", "fanotify", tmp / "none.sock")):
-            agent = start_bench_agent(tmp, ["/dev/shm"], observer, event_socket=ev)
+                                      ("fanotify, no datagrams", "fanotify", tmp / "none.sock"),
+                                      ("no agent (preload only)", None, tmp / "none.sock")):
+            agent = start_bench_agent(tmp, ["/dev/shm"], observer, event_socket=ev) if observer else None
             try:
                 ratios, agent_share, scans = [], [], []
                 for _ in range(rounds):
                     plain = workload({})
-                    w0, c0 = walks(agent), agent_cpu(agent.proc.pid)
+                    w0, c0 = (walks(agent), agent_cpu(agent.proc.pid)) if agent else (0, 0)
                     with_agent = workload({"LD_PRELOAD": lib, "SHMKEEPER_EVENT_SOCKET": str(sock)})
-                    time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
-                    a = agent_cpu(agent.proc.pid) - c0
+                    if agent:
+                        time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
+                    a = agent_cpu(agent.proc.pid) - c0 if agent else 0
                     ratios.append((with_agent + a) / plain)
                     agent_share.append(a / plain)
-                    scans.append(walks(agent) - w0)
+                    scans.append(walks(agent) - w0 if agent else 0)
                 results[label] = (statistics.median(ratios), statistics.median(agent_share),
-                                     statistics.median(scans))
+                                  statistics.median(scans))
             finally:
-                agent.stop()
+                if agent:
+                    agent.stop()
         print(f"shm cycle x {cycles} with the preload and the agent listening, median of {rounds} rounds:")
-        print(f"{'agent mode':<24}{'(workload+agent)/plain':>24}{'agent/plain':>14}{'walks':>8}")
+        print(f"{'agent mode':<26}{'(workload+agent)/plain':>24}{'agent/plain':>14}{'walks':>8}")
         for label, (r, a, w) in results.items():
-            print(f"{label:<24}{r:>24.3f}{a:>14.3f}{w:>8.0f}")
+            print(f"{label:<26}{r:>24.3f}{a:>14.3f}{w:>8.0f}")
     finally:
         subprocess.run(["rm", "-rf", str(tmp)])
 

@@ -5,7 +5,7 @@ Loops of a dynamically linked C program (shmgrow):
   - the shm_open / ftruncate(4 KiB) / mmap / munmap / shm_unlink cycle
     (shmgrow bench), without the preload, with it (the default: no commit,
     a free-space check per growth), with it and an agent listening (a
-    datagram per create and unlink), and with the opt-in reservation
+    creator record per create, through the kept socket), and with the opt-in reservation
     (SHMKEEPER_PRELOAD_RESERVE=1: a fallocate per growth);
   - open(O_CREAT | O_RDWR) of an existing /dev/shm file and close
     (shmgrow bench-open), without and with the preload.

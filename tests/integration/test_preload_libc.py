@@ -3,8 +3,8 @@ instead of SIGBUS: the same program run with and without LD_PRELOAD on this host
 glibc and kernel gives the same results, for the cases the interposition
 touches (open/openat/creat/shm_open with O_CREAT under /dev/shm and around
 it), stays a pthread cancellation point, keeps fs.protected_regular and
-EISDIR, and holds no descriptor of its own after a call, also while an agent
-listens."""
+EISDIR, and keeps at most one descriptor of its own (the event socket, once
+an agent listened: high, CLOEXEC, checked before each use)."""
 import json
 import os
 import socket
@@ -152,7 +152,7 @@ def test_open_stays_a_cancellation_point(tmp_path, how):
 
 
 FDS = r"""
-import os, sys, _posixshmem
+import os, stat, sys, _posixshmem
 def fds():
     return sorted(int(x) for x in os.listdir("/proc/self/fd"))
 before = fds()
@@ -160,30 +160,115 @@ m = os.memfd_create("seg")
 s = _posixshmem.shm_open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
 t = os.open("/dev/shm" + sys.argv[1] + "-2", os.O_CREAT | os.O_RDWR, 0o600)
 after = fds()
+ours = [fd for fd in after if fd not in before and fd > t + 1]  # t + 1: listdir's own
 os.close(m); os.close(s); os.close(t)
 _posixshmem.shm_unlink(sys.argv[1]); os.unlink("/dev/shm" + sys.argv[1] + "-2")
-# adjacent: no descriptor of the library's own sits between the program's
-print(len(after) - len(before), [s - m, t - s] == [1, 1], fds() == before)
+# adjacent: no descriptor of the library's own sits between the program's; its one socket is high and CLOEXEC
+k = ours[0] if len(ours) == 1 else -1
+print(len(after) - len(before), [s - m, t - s] == [1, 1], len(ours), k >= 64,
+      k >= 0 and stat.S_ISSOCK(os.fstat(k).st_mode) and not os.get_inheritable(k), fds() == before + ours, s, t)
 """
 
 
-def test_no_descriptor_is_held_while_an_agent_listens(tmp_path):
-    require(PRELOAD.exists(), "the preload library must be built")
-    sock_path = tmp_path / "events.sock"
+def bound_socket(path, timeout=5):
     agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    agent.bind(str(sock_path))
-    agent.settimeout(5)
+    agent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    agent.bind(str(path))
+    agent.settimeout(timeout)
+    return agent
+
+
+def receive(agent):
+    """One datagram: (payload as JSON, the sender's pid from SCM_CREDENTIALS)."""
+    data, anc, _, _ = agent.recvmsg(4096, socket.CMSG_SPACE(12))
+    pid = next(int.from_bytes(d[:4], sys.byteorder) for lvl, typ, d in anc
+               if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS)
+    return json.loads(data), pid
+
+
+def test_the_kept_socket_stays_out_of_the_programs_way(tmp_path):
+    """With an agent listening the library keeps one socket: at a high number (the program's own descriptors
+    stay adjacent, lowest first), CLOEXEC; unlinks and memfd_create send nothing; each record names the
+    descriptor the file was created at."""
+    require(PRELOAD.exists(), "the preload library must be built")
+    agent = bound_socket(tmp_path / "events.sock")
     name = f"/shmk-fds-{uuid.uuid4().hex[:8]}"
     try:
-        p = run_py(FDS, name, env={"SHMKEEPER_EVENT_SOCKET": str(sock_path)})
+        p = run_py(FDS, name, env={"SHMKEEPER_EVENT_SOCKET": str(tmp_path / "events.sock")})
         assert p.returncode == 0, p.stderr
-        assert p.stdout.split() == ["3", "True", "True"], p.stdout  # the program's three, nothing of ours
-        got = [json.loads(agent.recv(4096)) for _ in range(4)]
+        out = p.stdout.split()
+        assert out[:6] == ["4", "True", "1", "True", "True", "True"], p.stdout  # the program's three, our one
+        got = [receive(agent)[0] for _ in range(2)]
+        agent.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            agent.recv(4096)  # no unlink, no memfd notice
     finally:
         agent.close()
-    # the events were sent (the event path ran), each over a socket closed at once
-    assert [g["type"] for g in got] == ["memfd", "create", "create", "unlink"], got
-    assert got[1]["path"] == "/dev/shm" + name and got[2]["path"] == f"/dev/shm{name}-2"
+    assert got == [{"type": "create", "path": "/dev/shm" + name, "fd": int(out[6])},
+                   {"type": "create", "path": f"/dev/shm{name}-2", "fd": int(out[7])}], got
+
+
+KEPT = r"""
+import os, sys, time, _posixshmem
+base, sock = sys.argv[1], sys.argv[2]
+def create(tag):
+    fd = os.open(f"{base}-{tag}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.close(fd)
+def ours():
+    return [int(x) for x in os.listdir("/proc/self/fd") if int(x) >= 64]
+create("first")
+kept = ours()
+# a program that closes every descriptor it did not open
+os.closerange(3, 65536)
+create("after-closerange")
+kept2 = ours()
+# one that puts a file of its own at our number: never written to, never closed by the library
+victim = os.open(sock + ".victim", os.O_CREAT | os.O_RDWR, 0o600)  # not under /dev/shm: no record
+os.dup2(victim, kept2[0])
+create("after-dup2")
+size = os.fstat(kept2[0]).st_size
+same = os.path.samestat(os.fstat(kept2[0]), os.fstat(victim))
+# fork: the child's records come from the child
+pid = os.fork()
+if pid == 0:
+    create("child")
+    os._exit(0)
+os.waitpid(pid, 0)
+print(len(kept), len(kept2), size, same, pid, flush=True)
+# the agent restarts: a new socket at the same path
+sys.stdin.readline()
+create("after-restart")
+"""
+
+
+def test_records_survive_closed_and_replaced_descriptors_fork_and_an_agent_restart(tmp_path, shm_dir):
+    """The kept socket against programs: closerange (a new socket), dup2 over its number (the program's file
+    is neither written nor closed; a new socket), fork (the child's record carries the child's pid), and an
+    agent that restarts (the library connects again)."""
+    path = tmp_path / "events.sock"
+    agent = bound_socket(path)
+    env = dict(os.environ, LD_PRELOAD=str(PRELOAD), SHMKEEPER_EVENT_SOCKET=str(path))
+    p = subprocess.Popen(["/usr/bin/python3", "-c", KEPT, f"{shm_dir}/f", str(path)], env=env, text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = p.stdout.readline().split()
+        assert line[:4] == ["1", "1", "0", "True"], (line, p.stderr.read() if p.poll() is not None else "")
+        child = int(line[4])
+        got = [receive(agent) for _ in range(4)]
+        assert [(g["path"], pid) for g, pid in got] == [
+            (f"{shm_dir}/f-first", p.pid), (f"{shm_dir}/f-after-closerange", p.pid),
+            (f"{shm_dir}/f-after-dup2", p.pid), (f"{shm_dir}/f-child", child)], got
+        agent.close()
+        os.unlink(path)
+        agent = bound_socket(path)  # the restarted agent
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.wait(timeout=30) == 0, p.stderr.read()
+        assert receive(agent)[0]["path"] == f"{shm_dir}/f-after-restart"
+    finally:
+        agent.close()
+        if p.poll() is None:
+            p.kill()
 
 
 def test_opening_an_existing_file_is_not_a_creation(tmp_path, shm_dir):
@@ -207,7 +292,8 @@ def test_opening_an_existing_file_is_not_a_creation(tmp_path, shm_dir):
             got.append(agent.recv(4096))
     finally:
         agent.close()
-    assert got == [{"type": "create", "path": f"{shm_dir}/fresh"}]
+    assert [{k: v for k, v in g.items() if k != "fd"} for g in got] == [{"type": "create", "path": f"{shm_dir}/fresh"}]
+    assert isinstance(got[0]["fd"], int) and got[0]["fd"] >= 3, got
 
 
 # ftruncate's cases, run in a private mount namespace whose /dev/shm is a

@@ -81,7 +81,7 @@ def debian_image(docker_engine):
 
 class Listener:
     """A stand-in for the agent on the engine's event socket, so the preload's
-    event path runs during the suites (the descriptor it must not keep, the
+    event path runs during the suites (the socket it keeps, high and CLOEXEC, the
     datagrams it sends): counts what arrives."""
 
     def __init__(self, path: Path):

@@ -3,8 +3,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -116,6 +120,42 @@ std::optional<ClaimRejection> MayRemove(const SenderCreds& sender, const struct 
   return ClaimRejection::kUsernsUnmapped;
 }
 
+// Whether descriptor `fd` of `pid` is the file `key` now: one stat of
+// /proc/<pid>/fd/<fd>, which the kernel resolves to the open file itself.
+bool HoldsAt(pid_t pid, int fd, const FileKey& key, const std::string& proc) {
+  struct stat st;
+  std::string link = proc + "/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  return ::stat(link.c_str(), &st) == 0 && st.st_dev == key.dev && st.st_ino == key.ino;
+}
+
+// Fills the record's ns_pid and command. Read once per process (pid and
+// start time, which the caller has just read) and kept for a second, per
+// thread (the receiver's): a program creating segments in a loop costs one
+// read of /proc/<pid>/stat per record, not also its status and cmdline.
+void Describe(pid_t pid, uint64_t start_ticks, const std::string& proc, CreatorRecord* rec) {
+  struct Seen {
+    pid_t pid = 0;
+    uint64_t start_ticks = 0;
+    pid_t ns_pid = 0;
+    std::string command;
+    std::chrono::steady_clock::time_point at;
+  };
+  thread_local std::array<Seen, 16> seen;
+  thread_local size_t next = 0;
+  auto now = std::chrono::steady_clock::now();
+  bool cacheable = proc == "/proc";
+  for (const Seen& s : seen) {
+    if (cacheable && s.pid == pid && s.start_ticks == start_ticks && now - s.at < std::chrono::seconds(1)) {
+      rec->ns_pid = s.ns_pid;
+      rec->command = s.command;
+      return;
+    }
+  }
+  rec->ns_pid = NamespacePid(pid, proc);
+  rec->command = ProcCommand(pid, proc);
+  if (cacheable) seen[next++ % seen.size()] = Seen{pid, start_ticks, rec->ns_pid, rec->command, now};
+}
+
 Status Reject(ClaimRejection r, ClaimRejection* why, Status s) {
   *why = r;
   return s;
@@ -131,6 +171,13 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   constexpr std::string_view kShm = "/dev/shm/";
   if (!path.starts_with(kShm) || path.size() == kShm.size() || path.size() > 4096) {
     return Reject(ClaimRejection::kMalformed, why, Status::Invalid("path outside /dev/shm"));
+  }
+  int64_t named_fd = -1;  // none named: a record of a preload before #23
+  if (doc.contains("fd")) {
+    named_fd = IntegerField<int64_t>(doc, "fd", -1);
+    if (named_fd < 0 || named_fd > std::numeric_limits<int>::max()) {
+      return Reject(ClaimRejection::kMalformed, why, Status::Invalid("fd is not a descriptor number"));
+    }
   }
   Result<UniqueFd> shm = OpenProcessDir(sender.pid, "/dev/shm", proc);
   if (!shm.ok()) return Reject(ClaimRejection::kNoFile, why, shm.status());
@@ -152,7 +199,8 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   }
   if (::fstat(dir_fd, &dir) != 0) return Reject(ClaimRejection::kNoFile, why, Status::FromErrno(errno, "stat"));
   VerifiedClaim claim{FileKey{st.st_dev, st.st_ino}, {}};
-  if (!ProcessHolds(sender.pid, claim.key, proc)) {
+  if (!(named_fd >= 0 && HoldsAt(sender.pid, static_cast<int>(named_fd), claim.key, proc)) &&
+      !ProcessHolds(sender.pid, claim.key, proc)) {
     return Reject(ClaimRejection::kNotHolder, why, Status::Precondition("the sender does not hold " + path));
   }
   if (std::optional<ClaimRejection> refused = MayRemove(sender, st, dir, proc)) {
@@ -168,8 +216,7 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   if (!ReadProcStat(sender.pid, nullptr, &rec.start_ticks, proc)) {
     return Reject(ClaimRejection::kNoFile, why, Status::NotFound("sender is gone"));
   }
-  rec.ns_pid = NamespacePid(sender.pid, proc);
-  rec.command = ProcCommand(sender.pid, proc);
+  Describe(sender.pid, rec.start_ticks, proc, &rec);
   return claim;
 }
 

@@ -63,7 +63,7 @@ class CreatorBook {
 // Why a creator claim was refused: the label of
 // shmkeeper_event_datagrams_rejected_total.
 enum class ClaimRejection {
-  kMalformed,       // not {"type":"create","path":"/dev/shm/<name>"}
+  kMalformed,       // not {"type":"create","path":"/dev/shm/<name>"[,"fd":<n>]}
   kNoFile,          // no such regular file in the sender's /dev/shm, or the sender is gone
   kNotHolder,       // the sender does not have the file open or mapped
   kNotOwner,        // the sender neither owns the file or its directory nor has CAP_FOWNER
@@ -89,6 +89,16 @@ struct VerifiedClaim {
 
 // Checks one parsed creator claim {"type":"create","path":"/dev/shm/<name>"}
 // (see the trust model above). On failure, `*why` says which check failed.
+//
+// A claim may name the descriptor at which the sender holds the file
+// ("fd": <n>, sent by the preload since #23; older preloads name none and are
+// accepted as before). The number is a hint, never evidence: the sender holds
+// the file when /proc/<pid>/fd/<n> is that inode now (one stat instead of a
+// walk of every descriptor and mapping of the sender); when it is not (never
+// opened, another file, closed and reused, or the file is only mapped now),
+// the full check of the sender's descriptors and mappings decides, exactly as
+// for a claim that names none. A named "fd" that is not a descriptor number
+// (negative, not an integer, above INT_MAX) is malformed.
 Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sender, ClaimRejection* why,
                                          const std::string& proc = "/proc");
 

@@ -168,8 +168,9 @@ void Agent::OnDatagram(pid_t sender, uid_t uid, const std::string& payload) {
     if (!recorded.ok()) RejectDatagram(ClaimRejection::kLiveCreator, sender, recorded.message());
     return;
   }
-  if (type == "stopped" || type == "unlink" || type == "memfd") {
-    Poke();  // the node changed
+  if (type == "unlink" || type == "memfd") return;  // older preloads' notices: the observer or inotify sees these
+  if (type == "stopped") {
+    Poke();  // the hook's poststop: a container is gone
     return;
   }
   RejectDatagram(ClaimRejection::kMalformed, sender, "unknown datagram");

@@ -41,6 +41,10 @@ class EventReceiver {
 
  private:
   void Run();
+  // Reads and handles one datagram; false when none is queued (or on a
+  // receive error other than EINTR, which is reported). Sets `*over_limit`
+  // when it dropped one over the rate limits.
+  bool ReceiveOne(bool* over_limit);
   std::string path_;
   Handler handler_;
   Reporter* reporter_;
