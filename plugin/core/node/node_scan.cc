@@ -263,20 +263,15 @@ void Scanner::MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const {
 
 namespace {
 
-// Measures one pod's tmpfs, first renaming back any file a reclaim left in
-// quarantine (an agent killed mid-reclaim). No reclaim runs during a scan.
-Result<ShmDir> MeasureRestoring(int fd, int depth, const ScanOptions& opts, int64_t* restored) {
-  Result<ShmDir> d = MeasureShmDir(fd, depth);
-  if (!d.ok()) return d;
+// The files of a listing that a reclaim left in quarantine (an agent killed
+// mid-reclaim), relative to the listed directory.
+std::vector<std::string> QuarantinedFiles(const ShmDir& d) {
   std::vector<std::string> hidden;
-  for (const ShmFile& f : d->files) {
+  for (const ShmFile& f : d.files) {
     size_t slash = f.path.rfind('/');
     if (IsQuarantineName(slash == std::string::npos ? f.path : f.path.substr(slash + 1))) hidden.push_back(f.path);
   }
-  if (hidden.empty() || opts.read_only) return d;
-  int n = RestoreQuarantined(fd, hidden, opts.agent_id);
-  *restored += n;
-  return n ? MeasureShmDir(fd, depth) : d;
+  return hidden;
 }
 
 }  // namespace
@@ -296,7 +291,7 @@ const ProcTable& Scanner::ProcView::Procs() {
   return table;
 }
 
-Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk, int64_t* restored) {
+Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk) {
   std::optional<uint64_t> watched = opts_.observer ? opts_.observer->Layout(dev) : std::nullopt;
   struct statfs sf;
   bool cacheable = watched.has_value() && ::fstatfs(fd, &sf) == 0;
@@ -308,7 +303,7 @@ Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk, int64_t* restor
   }
   // Layout and statfs are read before the listing: a change while listing
   // shows as a difference next time.
-  Result<ShmDir> d = MeasureRestoring(fd, 8, opts_, restored);
+  Result<ShmDir> d = MeasureShmDir(fd, 8);
   if (d.ok() && cacheable) {
     now.dir = *d;
     listings_[dev] = std::move(now);
@@ -318,8 +313,26 @@ Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk, int64_t* restor
   return d;
 }
 
+int64_t Scanner::RestoreFromQuarantine(const std::vector<PodRecord>& pods, const std::vector<UniqueFd>& fds,
+                                    std::vector<ShmDir>* dirs) {
+  if (opts_.read_only) return 0;
+  int64_t restored = 0;
+  for (size_t i = 0; i < pods.size(); ++i) {
+    if (!fds[i].valid() || pods[i].shares_host_shm) continue;
+    std::vector<std::string> hidden = QuarantinedFiles((*dirs)[i]);
+    if (hidden.empty()) continue;
+    int n = RestoreQuarantined(fds[i].get(), hidden, opts_.agent_id);
+    if (n == 0) continue;
+    restored += n;
+    // The renames changed the listing: list again (and the cache forgets it).
+    listings_.erase(pods[i].shm_dev);
+    if (Result<ShmDir> d = MeasureShmDir(fds[i].get(), 8); d.ok()) (*dirs)[i] = std::move(*d);
+  }
+  return restored;
+}
+
 ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
-                               std::vector<UniqueFd>* fds, int64_t* restored, bool walk) {
+                               std::vector<UniqueFd>* fds, bool walk) {
   // Open every pod's tmpfs: its device is what holders are looked for on.
   fds->clear();
   fds->resize(pods->size());
@@ -346,7 +359,7 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
       if (!(*fds)[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
       Result<ShmDir> d = host ? MeasureShmDir((*fds)[i].get(), 0)
-                              : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk, restored);
+                              : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
       if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
@@ -592,7 +605,8 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   std::vector<ShmDir> dirs;
   std::vector<UniqueFd> fds;
   ProcView view;
-  view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, &snap.restored_from_quarantine, walk);
+  view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, walk);
+  snap.restored_from_quarantine = RestoreFromQuarantine(snap.pods, fds, &dirs);
   view.loaded = walk || !view.table.procs.empty();
   for (const PodRecord& p : snap.pods) {
     if (p.shm_dev) view.devices.insert(p.shm_dev);

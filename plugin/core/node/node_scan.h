@@ -243,12 +243,20 @@ class Scanner {
     std::set<FileKey> held;
     std::map<FileKey, std::vector<pid_t>> observed_pids;
   };
+  // Opens and marks every pod's tmpfs and lists it (dirs[i], fds[i] for
+  // pods[i]), walking /proc meanwhile (on this thread; the listing on
+  // another) when `walk` or some tmpfs is not observed. Reads only.
   ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
-                        std::vector<UniqueFd>* fds, int64_t* restored, bool walk);
+                        std::vector<UniqueFd>* fds, bool walk);
   // One pod's tmpfs (open at `fd`, device `dev`): its last listing when the
-  // listing cache says nothing changed, else a fresh one (quarantined files
-  // renamed back first).
-  Result<ShmDir> ListPodShm(int fd, dev_t dev, bool walk, int64_t* restored);
+  // listing cache says nothing changed, else a fresh one.
+  Result<ShmDir> ListPodShm(int fd, dev_t dev, bool walk);
+  // The one step of a scan that writes: renames back the files a reclaim
+  // left in quarantine (an agent killed mid-reclaim) in each pod's own tmpfs
+  // and lists those tmpfs again; nothing in a read-only agent. No reclaim
+  // runs during a scan. Returns the files renamed back.
+  int64_t RestoreFromQuarantine(const std::vector<PodRecord>& pods, const std::vector<UniqueFd>& fds,
+                                std::vector<ShmDir>* dirs);
   // Gives the observer the holders of files on `dev` that no event can name:
   // every holder the walk found (`walked`), or, for a tmpfs marked by this
   // scan, those of one walk for its files.
