@@ -10,7 +10,9 @@ agent stopped (SIGSTOP) for STOP seconds at random moments, then continued
 line of the agent's pid is a stop that caught a probe's lease (an open of that
 file then waits until SIGCONT, at most fs.lease-break-time). Reported in one
 run: opens, p50/p99/p99.9/max open latency, opens over 1 ms and 100 ms, probes
-the agent ran, stops and stops that caught a lease.
+the agent ran, stops and stops that caught a lease; and the lease window
+itself (openloop lease: F_SETLEASE to F_UNLCK, timed) with the probability
+that a stop at a random moment lands in one (probes per second x window).
 Run as root. Usage: bench_lease_latency.py [NFILES] [SECONDS] [STOP]
 """
 import json
@@ -83,6 +85,9 @@ def main():
         for i in range(NFILES):
             (shm / f"f{i}").write_bytes(b"x" * 64)
         rows.append(("no agent", workload(shm), 0, "-"))
+        out = subprocess.run([str(OPENLOOP), "lease", str(shm), str(NFILES)], capture_output=True, text=True,
+                             check=True)
+        window = json.loads(out.stdout)
         agent = harness.AgentProcess(tmp, f"""
 agent:
   socket: {tmp}/agent.sock
@@ -117,6 +122,11 @@ agent:
     for label, w, n, caught in rows:
         print(f"{label:<22}{w['opens']:>10}{w['p50_us']:>9.1f}{w['p99_us']:>9.1f}{w['p999_us']:>10.1f}"
               f"{w['max_us']:>10.0f}{w['over_1ms']:>7}{w['over_100ms']:>8}{n:>9.0f}{caught:>14}")
+    rate = rows[1][2] / SECONDS
+    print(f"lease window (F_SETLEASE F_WRLCK entry to F_UNLCK return, {window['leases']} files): "
+          f"p50 {window['p50_us']:.2f} µs, p99 {window['p99_us']:.2f} µs, mean {window['mean_us']:.3f} µs; "
+          f"probes {rate:.0f}/s while probing: a stop at a random moment catches a lease with probability "
+          f"<= {rate * window['mean_us'] / 1e6:.2e}")
 
 
 if __name__ == "__main__":

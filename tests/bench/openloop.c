@@ -3,6 +3,11 @@
 // round robin, read-only) for SECONDS, timing every open(2); prints one JSON
 // line: the number of opens and their latency percentiles and maximum in
 // microseconds, and how many took over 1 ms and over 100 ms.
+// openloop lease DIR NFILES: the lease window of the agent's probe
+// (scan/lease_probe.cc) on each file once: the time from entering
+// fcntl(F_SETLEASE, F_WRLCK) to the return of fcntl(F_SETLEASE, F_UNLCK),
+// an upper bound of the time a lease exists; prints its median, p99 and mean
+// in microseconds as one JSON line.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdint.h>
@@ -23,7 +28,37 @@ static int cmp(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+static int lease_window(const char* path, int n) {
+  int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    perror("open dir");
+    return 1;
+  }
+  float* w = malloc((size_t)n * sizeof *w);
+  double sum = 0;
+  int count = 0;
+  char name[64];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "f%d", i);
+    int fd = openat(dir, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    double t0 = now_us();
+    if (fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+      fcntl(fd, F_SETLEASE, F_UNLCK);
+      w[count] = (float)(now_us() - t0);
+      sum += w[count++];
+    }
+    close(fd);
+  }
+  if (count == 0) return 1;
+  qsort(w, count, sizeof *w, cmp);
+  printf("{\"leases\": %d, \"p50_us\": %.2f, \"p99_us\": %.2f, \"mean_us\": %.3f}\n", count, w[count / 2],
+         w[count * 99 / 100], sum / count);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && !strcmp(argv[1], "lease")) return lease_window(argv[2], atoi(argv[3]));
   if (argc != 4) {
     fprintf(stderr, "usage: openloop DIR NFILES SECONDS\n");
     return 2;
