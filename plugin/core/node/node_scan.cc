@@ -448,8 +448,7 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
   std::set<ino_t> reaching;
   bool reaching_read = false;
   for (const ShmFile& f : d.files) {
-    live_keys_.insert(f.key);
-    History& h = history_[f.key];
+    History& h = mem_.Meet(f.key);
     h.last_seen = clock.now;
     auto held = table.holders.find(f.key);
     bool walk_held = held != table.holders.end();
@@ -491,14 +490,14 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
       held_files->held.insert(f.key);
       continue;
     }
-    if (lease_refused_.count(f.key)) {
+    if (mem_.lease_refused.count(f.key)) {
       if (LeaseStillRefused(*p, f.path, f.key, opts_.proc)) {
         snap->kept_by_reason["lease"]++;
         h.unheld = false;
         held_files->held.insert(f.key);
         continue;
       }
-      lease_refused_.erase(f.key);
+      mem_.lease_refused.erase(f.key);
     }
     if (!h.unheld) {
       h.unheld = true;
@@ -558,8 +557,8 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, co
     p->sysv_segments++;
     if (!first || s.nattch != 0) continue;
     auto key = std::make_pair(ipc_ns, s.shmid);
-    live_sysv_.insert(key);
-    auto it = sysv_unheld_.try_emplace(key, clock.now).first;
+    mem_.MeetSysv(key);
+    auto it = mem_.sysv_unheld.try_emplace(key, clock.now).first;
     // The kernel's own record of use: the last shmat/shmdt (shm_atime,
     // shm_dtime). One newer than the first scan that saw it detached moves
     // "unheld since" forward, so attach/detach between scans is never missed.
@@ -585,6 +584,22 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, co
     l.sysv_dtime = s.dtime;
     FinishLeak(std::move(l), p, clock.now, since, opts_.grace, snap);
   }
+}
+
+void Scanner::Memory::Begin() {
+  seen_files.clear();
+  seen_sysv.clear();
+}
+
+Scanner::History& Scanner::Memory::Meet(const FileKey& key) {
+  seen_files.insert(key);
+  return files[key];
+}
+
+void Scanner::Memory::End() {
+  std::erase_if(files, [&](const auto& kv) { return !seen_files.count(kv.first); });
+  std::erase_if(lease_refused, [&](const FileKey& k) { return !seen_files.count(k); });
+  std::erase_if(sysv_unheld, [&](const auto& kv) { return !seen_sysv.count(kv.first); });
 }
 
 NodeSnapshot Scanner::Scan(ScanDepth depth) {
@@ -617,8 +632,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   if (walk) (void)view.Refs();  // a walk reads everything (mount holders of held files too)
   Clock clock{SteadyClock::now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
-  live_keys_.clear();
-  live_sysv_.clear();
+  mem_.Begin();
   std::set<dev_t> counted, judged;
   std::set<ino_t> ipc_seen;
   HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
@@ -647,18 +661,16 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, &view, *access, clock, &ipc_seen, &snap);
   }
-  std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
-  std::erase_if(lease_refused_, [&](const FileKey& k) { return !live_keys_.count(k); });
-  if (opts_.creators) opts_.creators->Retain(live_keys_);
+  mem_.End();
+  if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
   if (opts_.observer) {
     std::set<dev_t> devs;
     for (const PodRecord& p : snap.pods) {
       if (p.shm_dev) devs.insert(p.shm_dev);
     }
-    opts_.observer->Retain(devs, live_keys_);
+    opts_.observer->Retain(devs, mem_.seen_files);
     std::erase_if(listings_, [&](const auto& kv) { return !devs.count(kv.first); });
   }
-  std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
   snap.scans = ++scans_;
   if (walk) ++walks_;
   snap.walked = walk;

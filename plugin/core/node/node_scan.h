@@ -201,7 +201,7 @@ class Scanner {
   // its holder (an io_uring fixed file, ...): until a lease probe at a later
   // scan succeeds, the file is held (kept_by_reason "lease"), so that
   // auto-reclaim does not try it again at every scan.
-  void NoteLeaseRefused(const FileKey& key) { lease_refused_.insert(key); }
+  void NoteLeaseRefused(const FileKey& key) { mem_.lease_refused.insert(key); }
 
  private:
   struct History {
@@ -297,15 +297,35 @@ class Scanner {
     ShmDir dir;
   };
   std::map<dev_t, Listing> listings_;
-  std::map<FileKey, History> history_;
-  std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
-  std::set<FileKey> live_keys_;  // seen in the current scan
+  // What the scanner remembers of files and SysV segments between scans,
+  // and the one rule that keeps it consistent:
+  //  1. Begin() (start of Scan) forgets what the previous scan met;
+  //  2. while judging, a scan Meets() every file it lists, and every SysV
+  //     segment it finds unattached, before it reads or writes that entry of
+  //     `files`, `lease_refused` or `sysv_unheld`;
+  //  3. End() (end of Scan) drops every entry it did not meet: a file that is
+  //     gone, a segment that is gone or attached again (its "unheld since"
+  //     restarts when it is next found unattached). The CreatorBook and the
+  //     Observer are pruned to `seen_files` at the same point.
+  // Nothing else removes entries; NoteLeaseRefused adds to `lease_refused`
+  // between scans (the next End() drops it if the file is gone).
+  struct Memory {
+    using SysvKey = std::pair<ino_t, int32_t>;  // (IPC namespace, shmid)
+    std::map<FileKey, History> files;
+    std::set<FileKey> lease_refused;  // see NoteLeaseRefused
+    std::map<SysvKey, std::chrono::steady_clock::time_point> sysv_unheld;  // first seen unattached
+    std::set<FileKey> seen_files;  // met by the current scan
+    std::set<SysvKey> seen_sysv;   // met unattached by the current scan
+    void Begin();
+    History& Meet(const FileKey& key);
+    void MeetSysv(const SysvKey& key) { seen_sysv.insert(key); }
+    void End();
+  };
+  Memory mem_;
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).
   std::set<dev_t> marked_now_;
-  std::set<FileKey> lease_refused_;                // see NoteLeaseRefused
-  std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
   int64_t scans_ = 0;
   int64_t walks_ = 0;
 };
