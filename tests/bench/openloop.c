@@ -95,8 +95,9 @@ int main(int argc, char** argv) {
     if (dt > 100000) over_100ms++;
   }
   qsort(lat, count, sizeof *lat, cmp);
-  printf("{\"opens\": %zu, \"p50_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, \"max_us\": %.0f, "
-         "\"over_1ms\": %ld, \"over_100ms\": %ld}\n",
-         count, lat[count / 2], lat[count * 99 / 100], lat[count * 999 / 1000], max, over_1ms, over_100ms);
+  printf(
+      "{\"opens\": %zu, \"p50_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, \"max_us\": %.0f, "
+      "\"over_1ms\": %ld, \"over_100ms\": %ld}\n",
+      count, lat[count / 2], lat[count * 99 / 100], lat[count * 999 / 1000], max, over_1ms, over_100ms);
   return 0;
 }

@@ -176,10 +176,7 @@ namespace {
 ContainerDiscovery::Stamp StampOf(const std::string& path) {
   struct stat st;
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return {};
-  return {st.st_dev,
-          st.st_ino,
-          st.st_size,
-          st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+  return {st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
           st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
 }
 

@@ -314,7 +314,7 @@ Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk) {
 }
 
 int64_t Scanner::RestoreFromQuarantine(const std::vector<PodRecord>& pods, const std::vector<UniqueFd>& fds,
-                                    std::vector<ShmDir>* dirs) {
+                                       std::vector<ShmDir>* dirs) {
   if (opts_.read_only) return 0;
   int64_t restored = 0;
   for (size_t i = 0; i < pods.size(); ++i) {
@@ -358,8 +358,8 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     for (size_t i = 0; i < pods->size(); ++i) {
       if (!(*fds)[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
-      Result<ShmDir> d = host ? MeasureShmDir((*fds)[i].get(), 0)
-                              : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk);
+      Result<ShmDir> d =
+          host ? MeasureShmDir((*fds)[i].get(), 0) : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
       if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's

@@ -312,10 +312,10 @@ class Scanner {
   struct Memory {
     using SysvKey = std::pair<ino_t, int32_t>;  // (IPC namespace, shmid)
     std::map<FileKey, History> files;
-    std::set<FileKey> lease_refused;  // see NoteLeaseRefused
+    std::set<FileKey> lease_refused;                                       // see NoteLeaseRefused
     std::map<SysvKey, std::chrono::steady_clock::time_point> sysv_unheld;  // first seen unattached
-    std::set<FileKey> seen_files;  // met by the current scan
-    std::set<SysvKey> seen_sysv;   // met unattached by the current scan
+    std::set<FileKey> seen_files;                                          // met by the current scan
+    std::set<SysvKey> seen_sysv;                                           // met unattached by the current scan
     void Begin();
     History& Meet(const FileKey& key);
     void MeetSysv(const SysvKey& key) { seen_sysv.insert(key); }
