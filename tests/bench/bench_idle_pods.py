@@ -17,7 +17,6 @@ the before/after columns of docs/benchmarks.md come from one run.
 Run as root. Usage: bench_idle_pods.py [N] [SECONDS]
 """
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -91,7 +90,9 @@ def main():
             engine.docker("run", "-d", "--name", f"idle{i}", "--network", "none", IMG, "sleep", "1000000")
         print(f"{N} containers started in {time.time() - t:.0f}s", flush=True)
         procs = sum(1 for d in os.listdir("/proc") if d.isdigit())
-        mounts = sum(1 for line in open("/proc/self/mountinfo") if f"{tmp}/docker" in line and " - tmpfs " in line)
+        ids = engine.docker("ps", "-q").stdout.split()
+        pids = engine.docker("inspect", "-f", "{{.State.Pid}}", *ids).stdout.split()
+        mounts = len({os.stat(f"/proc/{pid}/root/dev/shm").st_dev for pid in pids})  # distinct /dev/shm tmpfs
         agents = [("scan", harness.AGENTD, "scan"), ("fanotify", harness.AGENTD, "fanotify")]
         if os.environ.get("SHMKEEPERD_BASELINE"):
             agents.insert(0, ("fanotify, baseline", Path(os.environ["SHMKEEPERD_BASELINE"]), "fanotify"))
