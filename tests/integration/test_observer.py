@@ -194,6 +194,15 @@ def test_startup_with_files_already_held(tmp_path, shm):
         assert gone == {str(p) for p in free}, gone
         assert all(p.exists() for p in held)
         assert metric(agent, "shmkeeper_proc_walks_total", 'reason="startup"') == 1
+        # Holders opened before the mark: named by scans that do not walk too
+        # (seeded from the start-up walk), with no walk since.
+        wait_scans(agent, 2)
+        walks = metric(agent, "shmkeeper_proc_walks_total")
+        segs = {sg["path"]: sg for pd in agent.json("pods").get("pods", []) for sg in pd.get("topSegments", [])}
+        for p in held:
+            pids = {h.get("pid") for h in segs[str(p)].get("holders", [])}
+            assert holder.proc.pid in pids, (p, segs[str(p)])
+        assert metric(agent, "shmkeeper_proc_walks_total") == walks
     finally:
         agent.stop()
         holder.kill()
