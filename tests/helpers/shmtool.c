@@ -7,6 +7,8 @@
  *   shmtool torch-leak MIB           create /dev/shm/torch_<pid>_0, then SIGKILL itself
  *   shmtool sysv MIB                 SysV segment, attach, touch, detach, exit (nattch 0)
  *   shmtool sysv-hold MIB            SysV segment kept attached forever
+ *   shmtool sysv-use ID MS SECONDS   attach segment ID, touch it, detach, every MS ms for
+ *                                    SECONDS; prints "uses=N errors=M" (an intermittent peer)
  * Prints "ready" once the segment exists. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void die(const char* what) {
@@ -53,6 +56,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* cmd = argv[1];
+  if (!strcmp(cmd, "sysv-use") && argc == 5) {
+    int id = atoi(argv[2]), errors = 0, uses = 0;
+    useconds_t period = (useconds_t)atoi(argv[3]) * 1000;
+    time_t end = time(NULL) + atoi(argv[4]);
+    while (time(NULL) < end) {
+      char* p = shmat(id, NULL, 0);
+      if (p == (void*)-1) {
+        errors++;
+      } else {
+        p[0]++;
+        shmdt(p);
+        uses++;
+      }
+      usleep(period);
+    }
+    printf("uses=%d errors=%d\n", uses, errors);
+    return 0;
+  }
   if (!strcmp(cmd, "torch-leak") || !strcmp(cmd, "sysv") || !strcmp(cmd, "sysv-hold")) {
     size_t bytes = (size_t)atol(argv[2]) << 20;
     if (!strcmp(cmd, "torch-leak")) {

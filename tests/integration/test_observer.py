@@ -7,6 +7,9 @@ tmpfs mounts, real processes, real kernel.
   `reclaim --yes` runs in a loop for 3x leaks.grace; the same consumer
   against the forced scan mode (agent.observer: scan) is the positive
   control: there the file is reclaimed under it (the sampling blind spot);
+- the same for a SysV segment attached and detached every 300 ms in a real
+  runc container (its own IPC namespace), its creator dead; a second segment
+  of the same creator nobody uses is reclaimed (the loop works);
 - start-up with files already held: correct from the first snapshot;
 - a queue overflow (agent stopped while 20,000 files are opened): counted,
   followed by a walk of /proc, no wrong verdict afterwards;
@@ -15,7 +18,9 @@ tmpfs mounts, real processes, real kernel.
   observer, kept by reclaim's final walk, counted by the audit (walk_only).
 Tests wait on the agent's counters (scans, walks), not on fixed sleeps.
 """
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +28,7 @@ import time
 
 import pytest
 
-from harness import require, wait_for
+from harness import SHMTOOL, oci_bundle, require, run, wait_for
 from reclaim_attack import (HOLDERS, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent)
 
@@ -112,6 +117,66 @@ def test_intermittent_use_is_never_leaked(tmp_path, shm, observer):
         agent.stop()
 
 
+def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs):
+    require(shutil.which("runc") is not None, "runc is not installed")
+    require(SHMTOOL.exists(), f"shmtool not built at {SHMTOOL}")
+    state = tmp_path / "runc-root"
+
+    def edit(spec):
+        spec["mounts"].append({"destination": "/t/shmtool", "type": "bind", "source": str(SHMTOOL),
+                               "options": ["bind", "ro"]})
+
+    bundle = oci_bundle(tmp_path / "sysv", rootfs, ["sleep", "600"], edit=edit)
+    subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(bundle), "sysv"], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    base = tmp_path / "agent"
+    agent = None
+    try:
+        init = int(json.loads(run(["runc", "--root", state, "state", "sysv"]).stdout)["pid"])
+        # Positive control: the container has an IPC namespace of its own.
+        assert os.readlink(f"/proc/{init}/ns/ipc") != os.readlink("/proc/self/ns/ipc")
+
+        def ctr(*args, **kw):
+            return run(["runc", "--root", state, "exec", "sysv", *args], **kw)
+
+        # Two segments whose creators (shmtool sysv) have exited.
+        used, control = (int(ctr("/t/shmtool", "sysv", "1").stdout.split()[1]) for _ in range(2))
+
+        def segments():
+            return {int(line.split()[1]) for line in ctr("cat", "/proc/sysvipc/shm").stdout.splitlines()[1:]}
+
+        assert {used, control} <= segments()
+        agent = start_agent(base, agent_config(base, [], grace=f"{GRACE}s", runtime_roots=[state]))
+        assert metric(agent, "shmkeeper_observer_mode", 'mode="fanotify"') == 1
+        seconds = 3 * GRACE + 2
+        peer = subprocess.Popen(["runc", "--root", str(state), "exec", "sysv", "/t/shmtool", "sysv-use", str(used),
+                                 "300", str(seconds)], stdout=subprocess.PIPE, text=True)
+        loop = ReclaimLoop(agent)
+        seen = set()
+        try:
+            while peer.poll() is None:
+                seen |= {l.get("state") for l in agent.json("leaks").get("leaks", []) if l.get("sysvId") == used}
+                time.sleep(0.1)
+        finally:
+            loop.stop()
+        out = peer.communicate()[0]
+        assert not loop.errors, loop.errors
+        assert "errors=0" in out and int(out.split("uses=")[1].split()[0]) >= seconds * 2, out
+        assert "LEAK_STATE_LEAKED" not in seen, seen
+        assert used in segments(), f"the intermittently attached segment was removed ({out})"
+        # The control: the same creator's segment nobody attaches is reclaimed by the same loop.
+        loop = ReclaimLoop(agent)
+        try:
+            wait_for(lambda: control not in segments(), timeout=20, what="the unused SysV segment reclaimed")
+        finally:
+            loop.stop()
+        assert used in segments()
+    finally:
+        run(["runc", "--root", state, "delete", "-f", "sysv"], check=False)
+        if agent:
+            agent.stop()
+
+
 def test_startup_with_files_already_held(tmp_path, shm):
     _, held = make_leaks(shm, 3, "held")
     _, free = make_leaks(shm, 3, "free")
@@ -129,6 +194,15 @@ def test_startup_with_files_already_held(tmp_path, shm):
         assert gone == {str(p) for p in free}, gone
         assert all(p.exists() for p in held)
         assert metric(agent, "shmkeeper_proc_walks_total", 'reason="startup"') == 1
+        # Holders opened before the mark: named by scans that do not walk too
+        # (seeded from the start-up walk), with no walk since.
+        wait_scans(agent, 2)
+        walks = metric(agent, "shmkeeper_proc_walks_total")
+        segs = {sg["path"]: sg for pd in agent.json("pods").get("pods", []) for sg in pd.get("topSegments", [])}
+        for p in held:
+            pids = {h.get("pid") for h in segs[str(p)].get("holders", [])}
+            assert holder.proc.pid in pids, (p, segs[str(p)])
+        assert metric(agent, "shmkeeper_proc_walks_total") == walks
     finally:
         agent.stop()
         holder.kill()

@@ -72,6 +72,42 @@ TEST_F(DiscoveryTest, CrunStatusAndPodmanNamesAndPods) {
   EXPECT_EQ(m.requested_bytes, 0);
 }
 
+// The agent's discovery reuses what it parsed only while the files are the
+// same: a rewritten config.json or sizing record is read again, a rename in
+// podman's storage shows, a gone container is forgotten.
+TEST_F(DiscoveryTest, CachedDiscoveryRereadsWhatChanged) {
+  fs::path bundle = dir_ / "storage" / "overlay-containers" / kId / "userdata";
+  Write(dir_ / "crun" / kId / "status", DumpJson(Json{{"pid", ::getpid()}, {"bundle", bundle.string()}}));
+  Json spec = {{"ociVersion", "1.0.2"},
+               {"annotations", {{"io.container.manager", "libpod"}, {"shmkeeper.io/shm-size", "1Gi"}}}};
+  Write(bundle / "config.json", DumpJson(spec));
+  fs::path storage = dir_ / "storage" / "overlay-containers" / "containers.json";
+  Write(storage, DumpJson(Json::array({{{"id", kId}, {"names", Json::array({"first"})}}})));
+  ContainerDiscovery d;
+  std::vector<std::string> roots = {(dir_ / "crun").string()};
+  std::vector<ContainerRecord> found = d.Discover(roots);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].requested_bytes, int64_t{1} << 30);
+  EXPECT_EQ(found[0].name, "first");
+  EXPECT_EQ(d.Discover(roots)[0].requested_bytes, int64_t{1} << 30);  // from the cache: same answer
+  // A new config.json (another size; runtimes replace it: a new inode).
+  spec["annotations"]["shmkeeper.io/shm-size"] = "2Gi";
+  fs::remove(bundle / "config.json");
+  Write(bundle / "config.json", DumpJson(spec));
+  found = d.Discover(roots);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].requested_bytes, int64_t{2} << 30);
+  // A rename in podman's storage, written in place.
+  Write(storage, DumpJson(Json::array({{{"id", kId}, {"names", Json::array({"second-name"})}}})));
+  EXPECT_EQ(d.Discover(roots)[0].name, "second-name");
+  // The container's init process is another one now (start time): skipped, cached or not.
+  Write(dir_ / "crun" / kId / "status",
+        DumpJson(Json{{"pid", ::getpid()}, {"bundle", bundle.string()}, {"process-start-time", 1}}));
+  EXPECT_TRUE(d.Discover(roots).empty());
+  fs::remove_all(dir_ / "crun" / kId);
+  EXPECT_TRUE(d.Discover(roots).empty());
+}
+
 TEST(Podman, PodIdAndStorageFile) {
   EXPECT_EQ(PodmanPodId("/libpod_parent/" + kPod + "/libpod-" + kId), kPod);
   EXPECT_EQ(PodmanPodId("machine.slice:machine-libpod_pod_" + kPod + ".slice:libpod:" + kId), kPod);

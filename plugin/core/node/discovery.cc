@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -163,16 +164,66 @@ std::string PodmanPodId(const std::string& cgroups_path) {
 }
 
 std::vector<ContainerRecord> DiscoverContainers(const std::vector<std::string>& roots, const std::string& proc) {
+  ContainerDiscovery once;
+  return once.Discover(roots, proc);
+}
+
+namespace {
+
+// What identifies one version of a file: a file rewritten in place or
+// replaced (runc and the sharing runtime write atomically: a new inode) has
+// another stamp; one that does not exist has the empty stamp.
+ContainerDiscovery::Stamp StampOf(const std::string& path) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return {};
+  return {st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+          st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+}
+
+}  // namespace
+
+std::vector<ContainerRecord> ContainerDiscovery::Discover(const std::vector<std::string>& roots,
+                                                          const std::string& proc) {
   std::vector<ContainerRecord> out;
   std::map<std::string, StorageNames> storage;  // each podman storage file read once per discovery
+  std::map<std::string, Entry> seen;
   for (const std::string& root : roots) {
     for (const std::string& id : ListDir(root)) {
+      std::string dir = root + "/" + id;
+      Stamp state = StampOf(dir + "/state.json");
+      if (state == Stamp{}) state = StampOf(dir + "/status");
+      auto cached = cache_.find(dir);
+      if (cached != cache_.end() && cached->second.state == state && state != Stamp{}) {
+        // The runtime's state is the one parsed before: the same container,
+        // if its init process is still the one it started.
+        const Entry& e = cached->second;
+        const ContainerRecord& c = e.record;
+        uint64_t live_start = 0;
+        if (c.pid <= 0 || !ReadProcStat(c.pid, nullptr, &live_start, proc)) continue;
+        if (c.start_ticks != 0 && live_start != c.start_ticks) continue;
+        if (e.config == StampOf(c.bundle.empty() ? "" : c.bundle + "/config.json") &&
+            e.sizing == StampOf(c.bundle.empty() ? "" : c.bundle + "/" + kSizingRecordFile) &&
+            e.storage == StampOf(PodmanStorageFile(c.bundle, c.id))) {
+          out.push_back(c);
+          seen.emplace(dir, e);
+          continue;
+        }
+      }
       ContainerRecord c;
       if (!ReadState(root, id, proc, &c)) continue;
+      Entry e;
+      e.state = state;
+      // Stamped before they are read: a change while reading is seen next time.
+      e.config = StampOf(c.bundle.empty() ? "" : c.bundle + "/config.json");
+      e.sizing = StampOf(c.bundle.empty() ? "" : c.bundle + "/" + kSizingRecordFile);
+      e.storage = StampOf(PodmanStorageFile(c.bundle, c.id));
       ReadBundle(&c, &storage);
+      e.record = c;
+      seen.emplace(dir, std::move(e));
       out.push_back(std::move(c));
     }
   }
+  cache_ = std::move(seen);  // containers that are gone are forgotten
   return out;
 }
 

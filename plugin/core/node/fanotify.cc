@@ -37,7 +37,7 @@ Status Fanotify::Mark(int dir_fd, dev_t dev) {
   __kernel_fsid_t kf;
   std::memcpy(&kf, &sf.f_fsid, sizeof kf);
   fsid = FsidOf(kf);
-  if (fsid == 0) return Status::Precondition("the filesystem reports no fsid (tmpfs before Linux 6.7)");
+  if (fsid == 0) return Status::Precondition("the filesystem reports no fsid (tmpfs before Linux 5.13)");
   if (::fanotify_mark(fd_.get(), FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kMask, dir_fd, nullptr) != 0) {
     return Status::FromErrno(errno, "fanotify_mark(FAN_MARK_FILESYSTEM)");
   }

@@ -14,8 +14,8 @@
 //
 // Kernel requirements (see docs/agent.md#kernel-requirements): fanotify
 // (2.6.37), FAN_MARK_FILESYSTEM (4.20), FAN_REPORT_FID with FAN_CREATE/
-// FAN_DELETE/FAN_MOVE (5.1), and a tmpfs that reports a non-zero fsid and
-// encodes file handles (tmpfs: 6.7 for FID marks); CAP_SYS_ADMIN in the
+// FAN_DELETE/FAN_MOVE (5.1), and a tmpfs that reports a non-zero fsid
+// (tmpfs: 5.13; it always encoded file handles); CAP_SYS_ADMIN in the
 // initial user namespace.
 //
 // Thread-safety: Mark/Unmark and Read may run on different threads (the

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -105,8 +106,7 @@ LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileK
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
                                        const NodeRefs* refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
                                        const std::set<FileKey>& held_keys,
-                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc,
-                                       std::map<FileKey, FoundHolders>* found) {
+                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   n = std::min(n, idx.size());
@@ -123,21 +123,6 @@ std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<Shm
       for (pid_t pid : seen->second) {
         if (ProcessHolds(pid, f.key, proc)) seg.holders.push_back({pid, ProcCommand(pid, proc), false, ""});
       }
-    }
-    if (seg.holders.empty() && held_keys.count(f.key) > 0) {
-      // Held, but no event named a holder (it opened the file before the
-      // tmpfs was marked): the pids a walk for this file alone found before,
-      // confirmed one by one; a new walk for it only when none still holds
-      // it, at most once a minute.
-      FoundHolders& fh = (*found)[f.key];
-      std::erase_if(fh.pids, [&](pid_t pid) { return !ProcessHolds(pid, f.key, proc); });
-      auto now = SteadyClock::now();
-      if (fh.pids.empty() && (fh.walked == SteadyClock::time_point{} || now - fh.walked > std::chrono::minutes(1))) {
-        fh.walked = now;
-        std::map<FileKey, std::vector<HolderRef>> walked = ScanHolders({f.key}, proc);
-        for (const HolderRef& r : walked[f.key]) fh.pids.push_back(r.pid);
-      }
-      for (pid_t pid : fh.pids) seg.holders.push_back({pid, ProcCommand(pid, proc), false, ""});
     }
     if (refs) {  // read by this scan (always when some file was unheld)
       for (const FileRef& r : refs->Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
@@ -224,20 +209,37 @@ LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileK
 
 // Names and labels from the Docker API. No socket file means no Docker on
 // this node (nothing to report); a socket that fails is an enrichment error.
-void Scanner::EnrichOrReport(std::vector<ContainerRecord>* containers) const {
+// Docker is asked only when a container it was not asked about appears, or
+// on `refresh`; otherwise the names and labels it gave last time are used.
+void Scanner::EnrichOrReport(std::vector<ContainerRecord>* containers, bool refresh) {
   if (opts_.docker_socket.empty()) return;
-  struct stat st;
-  if (::stat(opts_.docker_socket.c_str(), &st) != 0 && errno == ENOENT) return;
-  Status enriched = EnrichFromDocker(opts_.docker_socket, containers);
-  if (!enriched.ok() && opts_.reporter) {
-    opts_.reporter->Report(kDockerEnrichmentErrors,
-                           "container names and labels from Docker unavailable: " + enriched.message());
+  bool ask = refresh || std::any_of(containers->begin(), containers->end(),
+                                    [&](const ContainerRecord& c) { return !docker_names_.count(c.id); });
+  if (ask) {
+    struct stat st;
+    if (::stat(opts_.docker_socket.c_str(), &st) != 0 && errno == ENOENT) return;
+    Status enriched = EnrichFromDocker(opts_.docker_socket, containers);
+    if (!enriched.ok()) {
+      if (opts_.reporter) {
+        opts_.reporter->Report(kDockerEnrichmentErrors,
+                               "container names and labels from Docker unavailable: " + enriched.message());
+      }
+      return;  // asked again next scan
+    }
+    docker_names_.clear();
+    for (const ContainerRecord& c : *containers) docker_names_[c.id] = {c.name, c.labels};
+    return;
+  }
+  for (ContainerRecord& c : *containers) {
+    const DockerNames& d = docker_names_.at(c.id);
+    if (!d.name.empty()) c.name = d.name;
+    for (const auto& [k, v] : d.labels) c.labels[k] = v;
   }
 }
 
-std::vector<PodRecord> Scanner::DiscoverPods() const {
-  std::vector<ContainerRecord> containers = DiscoverContainers(opts_.runtime_roots, opts_.proc);
-  EnrichOrReport(&containers);
+std::vector<PodRecord> Scanner::DiscoverPods(bool refresh) {
+  std::vector<ContainerRecord> containers = discovery_.Discover(opts_.runtime_roots, opts_.proc);
+  EnrichOrReport(&containers, refresh);
   std::vector<PodRecord> pods = GroupPods(containers);
   for (const std::string& dir : opts_.host_shm_dirs) {
     PodRecord p;
@@ -261,20 +263,15 @@ void Scanner::MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const {
 
 namespace {
 
-// Measures one pod's tmpfs, first renaming back any file a reclaim left in
-// quarantine (an agent killed mid-reclaim). No reclaim runs during a scan.
-Result<ShmDir> MeasureRestoring(int fd, int depth, const ScanOptions& opts, int64_t* restored) {
-  Result<ShmDir> d = MeasureShmDir(fd, depth);
-  if (!d.ok()) return d;
+// The files of a listing that a reclaim left in quarantine (an agent killed
+// mid-reclaim), relative to the listed directory.
+std::vector<std::string> QuarantinedFiles(const ShmDir& d) {
   std::vector<std::string> hidden;
-  for (const ShmFile& f : d->files) {
+  for (const ShmFile& f : d.files) {
     size_t slash = f.path.rfind('/');
     if (IsQuarantineName(slash == std::string::npos ? f.path : f.path.substr(slash + 1))) hidden.push_back(f.path);
   }
-  if (hidden.empty() || opts.read_only) return d;
-  int n = RestoreQuarantined(fd, hidden, opts.agent_id);
-  *restored += n;
-  return n ? MeasureShmDir(fd, depth) : d;
+  return hidden;
 }
 
 }  // namespace
@@ -294,8 +291,48 @@ const ProcTable& Scanner::ProcView::Procs() {
   return table;
 }
 
+Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk) {
+  std::optional<uint64_t> watched = opts_.observer ? opts_.observer->Layout(dev) : std::nullopt;
+  struct statfs sf;
+  bool cacheable = watched.has_value() && ::fstatfs(fd, &sf) == 0;
+  Listing now;
+  if (cacheable) now = {*watched, FsUse{sf.f_blocks, sf.f_bfree, sf.f_files, sf.f_ffree}, {}};
+  auto it = listings_.find(dev);
+  if (!walk && cacheable && it != listings_.end() && it->second.layout == now.layout && it->second.fs == now.fs) {
+    return it->second.dir;
+  }
+  // Layout and statfs are read before the listing: a change while listing
+  // shows as a difference next time.
+  Result<ShmDir> d = MeasureShmDir(fd, 8);
+  if (d.ok() && cacheable) {
+    now.dir = *d;
+    listings_[dev] = std::move(now);
+  } else {
+    listings_.erase(dev);
+  }
+  return d;
+}
+
+int64_t Scanner::RestoreFromQuarantine(const std::vector<PodRecord>& pods, const std::vector<UniqueFd>& fds,
+                                       std::vector<ShmDir>* dirs) {
+  if (opts_.read_only) return 0;
+  int64_t restored = 0;
+  for (size_t i = 0; i < pods.size(); ++i) {
+    if (!fds[i].valid() || pods[i].shares_host_shm) continue;
+    std::vector<std::string> hidden = QuarantinedFiles((*dirs)[i]);
+    if (hidden.empty()) continue;
+    int n = RestoreQuarantined(fds[i].get(), hidden, opts_.agent_id);
+    if (n == 0) continue;
+    restored += n;
+    // The renames changed the listing: list again (and the cache forgets it).
+    listings_.erase(pods[i].shm_dev);
+    if (Result<ShmDir> d = MeasureShmDir(fds[i].get(), 8); d.ok()) (*dirs)[i] = std::move(*d);
+  }
+  return restored;
+}
+
 ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
-                               std::vector<UniqueFd>* fds, int64_t* restored, bool walk) const {
+                               std::vector<UniqueFd>* fds, bool walk) {
   // Open every pod's tmpfs: its device is what holders are looked for on.
   fds->clear();
   fds->resize(pods->size());
@@ -309,7 +346,10 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     p.shm_dev = st.st_dev;
     p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
     // Marked before its files are read: no use after this point is missed.
-    bool observed = opts_.observer && !p.shares_host_shm && opts_.observer->Watch((*fds)[i].get(), p.shm_dev);
+    bool marked_now = false;
+    bool observed =
+        opts_.observer && !p.shares_host_shm && opts_.observer->Watch((*fds)[i].get(), p.shm_dev, &marked_now);
+    if (marked_now) marked_now_.insert(p.shm_dev);
     if (walk || !observed) devices.insert(p.shm_dev);
   }
   // Walk the tmpfs directories while /proc is scanned: independent work.
@@ -319,7 +359,7 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
       if (!(*fds)[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
       Result<ShmDir> d =
-          host ? MeasureShmDir((*fds)[i].get(), 0) : MeasureRestoring((*fds)[i].get(), 8, opts_, restored);
+          host ? MeasureShmDir((*fds)[i].get(), 0) : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
       if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
@@ -376,16 +416,39 @@ bool LeaseStillRefused(const PodRecord& p, const std::string& rel, const FileKey
 
 }  // namespace
 
+void Scanner::SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bool walked) {
+  if (walked) {  // the walk found every holder: the observer knows them from now on
+    for (const ShmFile& f : d.files) {
+      auto held = table.holders.find(f.key);
+      if (held == table.holders.end()) continue;
+      std::vector<pid_t> pids;
+      for (const HolderRef& r : held->second) pids.push_back(r.pid);
+      opts_.observer->Seed(f.key, pids);
+    }
+    return;
+  }
+  if (!marked_now_.count(dev) || d.files.empty()) return;
+  // Marked by this scan, which does not walk (a new pod): files opened before
+  // the mark get their holders from one walk for this tmpfs's files.
+  std::set<FileKey> keys;
+  for (const ShmFile& f : d.files) keys.insert(f.key);
+  for (const auto& [key, refs] : ScanHolders(keys, opts_.proc)) {
+    std::vector<pid_t> pids;
+    for (const HolderRef& r : refs) pids.push_back(r.pid);
+    opts_.observer->Seed(key, pids);
+  }
+}
+
 void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                         const Clock& clock, HeldFiles* held_files, NodeSnapshot* snap) {
   const ProcTable& table = view->table;
   Observer* observer = opts_.observer && dir_fd >= 0 && opts_.observer->Watching(p->shm_dev) ? opts_.observer : nullptr;
   bool walked_dev = walked || !observer;  // the walk covered this filesystem
+  if (observer) SeedHolders(p->shm_dev, d, table, walked);
   std::set<ino_t> reaching;
   bool reaching_read = false;
   for (const ShmFile& f : d.files) {
-    live_keys_.insert(f.key);
-    History& h = history_[f.key];
+    History& h = mem_.Meet(f.key);
     h.last_seen = clock.now;
     auto held = table.holders.find(f.key);
     bool walk_held = held != table.holders.end();
@@ -427,14 +490,14 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
       held_files->held.insert(f.key);
       continue;
     }
-    if (lease_refused_.count(f.key)) {
+    if (mem_.lease_refused.count(f.key)) {
       if (LeaseStillRefused(*p, f.path, f.key, opts_.proc)) {
         snap->kept_by_reason["lease"]++;
         h.unheld = false;
         held_files->held.insert(f.key);
         continue;
       }
-      lease_refused_.erase(f.key);
+      mem_.lease_refused.erase(f.key);
     }
     if (!h.unheld) {
       h.unheld = true;
@@ -494,8 +557,8 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, co
     p->sysv_segments++;
     if (!first || s.nattch != 0) continue;
     auto key = std::make_pair(ipc_ns, s.shmid);
-    live_sysv_.insert(key);
-    auto it = sysv_unheld_.try_emplace(key, clock.now).first;
+    mem_.MeetSysv(key);
+    auto it = mem_.sysv_unheld.try_emplace(key, clock.now).first;
     // The kernel's own record of use: the last shmat/shmdt (shm_atime,
     // shm_dtime). One newer than the first scan that saw it detached moves
     // "unheld since" forward, so attach/detach between scans is never missed.
@@ -523,21 +586,42 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, co
   }
 }
 
+void Scanner::Memory::Begin() {
+  seen_files.clear();
+  seen_sysv.clear();
+}
+
+Scanner::History& Scanner::Memory::Meet(const FileKey& key) {
+  seen_files.insert(key);
+  return files[key];
+}
+
+void Scanner::Memory::End() {
+  std::erase_if(files, [&](const auto& kv) { return !seen_files.count(kv.first); });
+  std::erase_if(lease_refused, [&](const FileKey& k) { return !seen_files.count(k); });
+  std::erase_if(sysv_unheld, [&](const auto& kv) { return !seen_sysv.count(kv.first); });
+}
+
 NodeSnapshot Scanner::Scan(ScanDepth depth) {
   auto t0 = SteadyClock::now();
   bool walk = depth == ScanDepth::kWalk || !opts_.observer;
+  marked_now_.clear();
+  // Every event queued until now is applied before the listing cache and the
+  // observer's verdicts are consulted.
+  if (opts_.observer && !walk) opts_.observer->Drain();
   NodeSnapshot snap;
   snap.time = std::chrono::system_clock::now();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   snap.hostname = host;
-  snap.pods = DiscoverPods();
+  snap.pods = DiscoverPods(walk);
   dev_t host_dev = 0;
   MeasureHost(&snap, &host_dev);
   std::vector<ShmDir> dirs;
   std::vector<UniqueFd> fds;
   ProcView view;
-  view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, &snap.restored_from_quarantine, walk);
+  view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, walk);
+  snap.restored_from_quarantine = RestoreFromQuarantine(snap.pods, fds, &dirs);
   view.loaded = walk || !view.table.procs.empty();
   for (const PodRecord& p : snap.pods) {
     if (p.shm_dev) view.devices.insert(p.shm_dev);
@@ -548,8 +632,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   if (walk) (void)view.Refs();  // a walk reads everything (mount holders of held files too)
   Clock clock{SteadyClock::now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
-  live_keys_.clear();
-  live_sysv_.clear();
+  mem_.Begin();
   std::set<dev_t> counted, judged;
   std::set<ino_t> ipc_seen;
   HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
@@ -573,23 +656,21 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     std::map<FileKey, LeakState> verdicts;
     for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
     p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
-                                 held.observed_pids, opts_.proc, &found_holders_);
+                                 held.observed_pids, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, &view, *access, clock, &ipc_seen, &snap);
   }
-  std::erase_if(history_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
-  std::erase_if(lease_refused_, [&](const FileKey& k) { return !live_keys_.count(k); });
-  std::erase_if(found_holders_, [&](const auto& kv) { return !live_keys_.count(kv.first); });
-  if (opts_.creators) opts_.creators->Retain(live_keys_);
+  mem_.End();
+  if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
   if (opts_.observer) {
     std::set<dev_t> devs;
     for (const PodRecord& p : snap.pods) {
       if (p.shm_dev) devs.insert(p.shm_dev);
     }
-    opts_.observer->Retain(devs, live_keys_);
+    opts_.observer->Retain(devs, mem_.seen_files);
+    std::erase_if(listings_, [&](const auto& kv) { return !devs.count(kv.first); });
   }
-  std::erase_if(sysv_unheld_, [&](const auto& kv) { return !live_sysv_.count(kv.first); });
   snap.scans = ++scans_;
   if (walk) ++walks_;
   snap.walked = walk;

@@ -187,13 +187,6 @@ struct NameHint {
 };
 NameHint CreatorHintFromName(const std::string& name);
 
-// The holders a walk for one held file found, and when it ran (Scanner's
-// fallback for files opened before their tmpfs was observed).
-struct FoundHolders {
-  std::vector<pid_t> pids;
-  std::chrono::steady_clock::time_point walked;
-};
-
 class Scanner {
  public:
   explicit Scanner(ScanOptions options) : opts_(std::move(options)) {}
@@ -208,7 +201,7 @@ class Scanner {
   // its holder (an io_uring fixed file, ...): until a lease probe at a later
   // scan succeeds, the file is held (kept_by_reason "lease"), so that
   // auto-reclaim does not try it again at every scan.
-  void NoteLeaseRefused(const FileKey& key) { lease_refused_.insert(key); }
+  void NoteLeaseRefused(const FileKey& key) { mem_.lease_refused.insert(key); }
 
  private:
   struct History {
@@ -227,8 +220,9 @@ class Scanner {
     int64_t now_sec = 0;  // wall clock, for ages
   };
   // The stages of Scan, in order.
-  std::vector<PodRecord> DiscoverPods() const;
-  void EnrichOrReport(std::vector<ContainerRecord>* containers) const;
+  // `refresh`: ask Docker again for every container (a walk re-reads everything).
+  std::vector<PodRecord> DiscoverPods(bool refresh);
+  void EnrichOrReport(std::vector<ContainerRecord>* containers, bool refresh);
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
   // The processes, read lazily when a scan did not walk /proc, and the
   // references /proc does not show (mounts, loop devices, pid namespaces
@@ -249,22 +243,89 @@ class Scanner {
     std::set<FileKey> held;
     std::map<FileKey, std::vector<pid_t>> observed_pids;
   };
+  // Opens and marks every pod's tmpfs and lists it (dirs[i], fds[i] for
+  // pods[i]), walking /proc meanwhile (on this thread; the listing on
+  // another) when `walk` or some tmpfs is not observed. Reads only.
   ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
-                        std::vector<UniqueFd>* fds, int64_t* restored, bool walk) const;
+                        std::vector<UniqueFd>* fds, bool walk);
+  // One pod's tmpfs (open at `fd`, device `dev`): its last listing when the
+  // listing cache says nothing changed, else a fresh one.
+  Result<ShmDir> ListPodShm(int fd, dev_t dev, bool walk);
+  // The one step of a scan that writes: renames back the files a reclaim
+  // left in quarantine (an agent killed mid-reclaim) in each pod's own tmpfs
+  // and lists those tmpfs again; nothing in a read-only agent. No reclaim
+  // runs during a scan. Returns the files renamed back.
+  int64_t RestoreFromQuarantine(const std::vector<PodRecord>& pods, const std::vector<UniqueFd>& fds,
+                                std::vector<ShmDir>* dirs);
+  // Gives the observer the holders of files on `dev` that no event can name:
+  // every holder the walk found (`walked`), or, for a tmpfs marked by this
+  // scan, those of one walk for its files.
+  void SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bool walked);
   void FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                  const Clock& clock, HeldFiles* held, NodeSnapshot* snap);
   void SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock, std::set<ino_t>* ipc_seen,
                  NodeSnapshot* snap);
 
   ScanOptions opts_;
-  std::map<FileKey, History> history_;
-  std::map<std::pair<ino_t, int32_t>, std::chrono::steady_clock::time_point> sysv_unheld_;
-  std::set<FileKey> live_keys_;  // seen in the current scan
-  // Holders of held top segments that no event named, found by a walk for
-  // that file alone (TopSegments); entries go with the files (pruned per scan).
-  std::map<FileKey, FoundHolders> found_holders_;
-  std::set<FileKey> lease_refused_;                // see NoteLeaseRefused
-  std::set<std::pair<ino_t, int32_t>> live_sysv_;  // unattached SysV segments seen in the current scan
+  ContainerDiscovery discovery_;
+  // Docker's names and labels by container id, as of the last time Docker was
+  // asked: when a container it has not seen appears, and at every walk (so
+  // a `docker rename` shows within agent.auditInterval). Ids Docker does not
+  // know map to an empty entry (containerd's containers: never asked again).
+  struct DockerNames {
+    std::string name;
+    std::map<std::string, std::string> labels;
+  };
+  std::map<std::string, DockerNames> docker_names_;
+  // The listing cache. Listing a tmpfs (readdir and a stat per file) is the
+  // one per-pod cost of a scan that grows with the pod's files; when nothing
+  // happens on a tmpfs, its listing is the same. So a scan that does not walk
+  // reuses a tmpfs's last listing when (1) the observer watches it and its
+  // Observer::Layout is what it was when listed (no create, delete, rename or
+  // close after writing since, by anyone), and (2) statfs says the same blocks
+  // and inodes are in use (pages written or punched through a mapping). A walk
+  // (start-up, overflow, audit, request) lists every tmpfs afresh. What can
+  // be stale until then: a file's mtime changed by utimensat alone (the
+  // age shown for it).
+  struct FsUse {
+    uint64_t blocks = 0, bfree = 0, files = 0, ffree = 0;
+    bool operator==(const FsUse&) const = default;
+  };
+  struct Listing {
+    uint64_t layout = 0;
+    FsUse fs;
+    ShmDir dir;
+  };
+  std::map<dev_t, Listing> listings_;
+  // What the scanner remembers of files and SysV segments between scans,
+  // and the one rule that keeps it consistent:
+  //  1. Begin() (start of Scan) forgets what the previous scan met;
+  //  2. while judging, a scan Meets() every file it lists, and every SysV
+  //     segment it finds unattached, before it reads or writes that entry of
+  //     `files`, `lease_refused` or `sysv_unheld`;
+  //  3. End() (end of Scan) drops every entry it did not meet: a file that is
+  //     gone, a segment that is gone or attached again (its "unheld since"
+  //     restarts when it is next found unattached). The CreatorBook and the
+  //     Observer are pruned to `seen_files` at the same point.
+  // Nothing else removes entries; NoteLeaseRefused adds to `lease_refused`
+  // between scans (the next End() drops it if the file is gone).
+  struct Memory {
+    using SysvKey = std::pair<ino_t, int32_t>;  // (IPC namespace, shmid)
+    std::map<FileKey, History> files;
+    std::set<FileKey> lease_refused;                                       // see NoteLeaseRefused
+    std::map<SysvKey, std::chrono::steady_clock::time_point> sysv_unheld;  // first seen unattached
+    std::set<FileKey> seen_files;                                          // met by the current scan
+    std::set<SysvKey> seen_sysv;                                           // met unattached by the current scan
+    void Begin();
+    History& Meet(const FileKey& key);
+    void MeetSysv(const SysvKey& key) { seen_sysv.insert(key); }
+    void End();
+  };
+  Memory mem_;
+  // Tmpfs the observer marked during the current scan: files already open
+  // there have no events naming their holders, so FileLeaks seeds them (from
+  // the walk, or one walk for that tmpfs's files when the scan does not walk).
+  std::set<dev_t> marked_now_;
   int64_t scans_ = 0;
   int64_t walks_ = 0;
 };

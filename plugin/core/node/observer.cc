@@ -42,7 +42,8 @@ Status Observer::Start() {
   return Status::Ok();
 }
 
-bool Observer::Watch(int dir_fd, dev_t dev) {
+bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now) {
+  if (marked_now) *marked_now = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (watched_.count(dev)) return true;
@@ -52,6 +53,8 @@ bool Observer::Watch(int dir_fd, dev_t dev) {
   std::lock_guard<std::mutex> l(mu_);
   if (s.ok()) {
     watched_.insert(dev);
+    layout_[dev]++;  // a new mark: nothing measured before it counts
+    if (marked_now) *marked_now = true;
     return true;
   }
   failed_.insert(dev);
@@ -60,6 +63,23 @@ bool Observer::Watch(int dir_fd, dev_t dev) {
                                                " (its holders are found by walking /proc): " + s.message());
   }
   return false;
+}
+
+void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
+  std::lock_guard<std::mutex> l(mu_);
+  Inode& in = inodes_[key];
+  for (pid_t pid : pids) {
+    if (pid <= 0 || std::find(in.pids.begin(), in.pids.end(), pid) != in.pids.end()) continue;
+    in.pids.insert(in.pids.begin(), pid);  // older than any pid an event names
+    if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
+  }
+}
+
+std::optional<uint64_t> Observer::Layout(dev_t dev) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!watched_.count(dev)) return std::nullopt;
+  auto it = layout_.find(dev);
+  return it == layout_.end() ? 0 : it->second;
 }
 
 bool Observer::Watching(dev_t dev) const {
@@ -77,6 +97,7 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
     for (dev_t d : gone) watched_.erase(d);
     std::erase_if(failed_, [&](dev_t d) { return !devs.count(d); });
     std::erase_if(dev_floor_, [&](const auto& kv) { return !devs.count(kv.first); });
+    std::erase_if(layout_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(inodes_, [&](const auto& kv) { return !live.count(kv.first); });
   }
   // The mark stays with its superblock until that goes (a pod's tmpfs goes
@@ -180,10 +201,14 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
     floor_ = now;
     counters_.overflows++;
     overflow_pending_ = true;
+    for (auto& [_, n] : layout_) n++;
     return;
   }
-  if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.dev == 0 || !watched_.count(e.dev)) return;
+  // The agent's own renames and removals (reclaim, quarantine) change what a
+  // listing holds too; they are not use.
+  if (e.mask & kChange) layout_[e.dev]++;
+  if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
   if (e.ino == 0) {  // cannot tell which file: all of that filesystem
@@ -218,6 +243,7 @@ void Observer::Drain() {
     if (!ok) {
       std::lock_guard<std::mutex> l(mu_);
       floor_ = now;  // treat a broken read as lost events
+      for (auto& [_, n] : layout_) n++;
       overflow = true;
       overflow_pending_ = true;
     }

@@ -78,9 +78,23 @@ class Observer {
 
   // Marks the tmpfs behind the directory `dir_fd` (device `dev`), once per
   // device. False when it cannot be marked (reported once per device): files
-  // there must be judged by walking /proc.
-  bool Watch(int dir_fd, dev_t dev);
+  // there must be judged by walking /proc. `marked_now` (may be null) is set
+  // when this call made the mark: files opened before it have no events, and
+  // the caller seeds their holders (Seed).
+  bool Watch(int dir_fd, dev_t dev, bool* marked_now = nullptr);
+  // Records `pids` as processes using `key` (holders a walk found for a file
+  // opened before its tmpfs was marked), as if their opens had been seen; no
+  // activity time, no new probe.
+  void Seed(const FileKey& key, const std::vector<pid_t>& pids);
   bool Watching(dev_t dev) const;
+  // A number that changes whenever the set of files on the watched `dev`, or
+  // a file's size through write(2), may have changed: a create, delete or
+  // rename (FAN_CREATE, FAN_DELETE, FAN_MOVED_FROM/TO) or a close after
+  // writing (FAN_CLOSE_WRITE), by any process, the agent included; lost
+  // events change every device's. nullopt when `dev` is not watched. What
+  // the events cannot tell (pages written or punched through a mapping) is
+  // in statfs; the scan compares that too (node_scan.h: the listing cache).
+  std::optional<uint64_t> Layout(dev_t dev) const;
   // Forgets devices not in `devs` and inodes not in `live`.
   void Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live);
 
@@ -141,6 +155,7 @@ class Observer {
   std::map<FileKey, Inode> inodes_;               // guarded by mu_
   std::set<dev_t> watched_, failed_;              // guarded by mu_
   std::map<dev_t, Clock::time_point> dev_floor_;  // undecodable events per device; guarded by mu_
+  std::map<dev_t, uint64_t> layout_;              // see Layout; guarded by mu_
   std::optional<Clock::time_point> floor_;        // the last overflow; guarded by mu_
   ObserverCounters counters_;                     // guarded by mu_
   std::atomic<bool> overflow_pending_{false};

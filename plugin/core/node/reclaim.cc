@@ -126,6 +126,9 @@ std::optional<Skip> Lease(Claim* c, const std::string& proc) {
     return Skip{"changed", "replaced since the scan"};
   }
   if (st.st_nlink != 1) return Skip{"linked", "has " + std::to_string(st.st_nlink) + " names"};
+  // An open that breaks the lease resumes a stopped agent (lease_probe.h).
+  if (::fcntl(c->file.get(), F_SETSIG, SIGCONT) != 0)
+    return Skip{"error", Status::FromErrno(errno, "F_SETSIG").message()};
   if (::fcntl(c->file.get(), F_SETLEASE, F_WRLCK) != 0) {
     if (errno == EAGAIN) return Skip{"held", "open or mapped (the kernel refused a lease)", true};
     return Skip{"error", Status::FromErrno(errno, "lease " + c->leak.path).message() +

@@ -1,6 +1,7 @@
 #include "scan/lease_probe.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +12,8 @@
 
 namespace shmkeeper {
 
-Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key) {
+Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key,
+                                const std::function<void()>& inside_window) {
   UniqueFd file;
   if (name.find('/') == std::string::npos) {
     file.reset(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
@@ -27,10 +29,17 @@ Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileK
   struct stat st;
   if (::fstat(file.get(), &st) != 0) return Status::FromErrno(errno, "probe fstat " + name);
   if (!S_ISREG(st.st_mode) || st.st_dev != key.dev || st.st_ino != key.ino) return ProbeVerdict::kGone;
+  // An open that breaks our lease makes the kernel signal the lease holder
+  // (this process) with the file's F_SETSIG signal: SIGCONT, so that a
+  // stopped agent is resumed by the very open it would block, and releases
+  // the lease at once (SIGCONT continues a stopped process whatever its
+  // disposition; a running one ignores it).
+  if (::fcntl(file.get(), F_SETSIG, SIGCONT) != 0) return Status::FromErrno(errno, "probe F_SETSIG " + name);
   if (::fcntl(file.get(), F_SETLEASE, F_WRLCK) != 0) {
     if (errno == EAGAIN || errno == EBUSY) return ProbeVerdict::kHeld;
     return Status::FromErrno(errno, "probe lease " + name);
   }
+  if (inside_window) inside_window();
   (void)::fcntl(file.get(), F_SETLEASE, F_UNLCK);  // close() releases it too; this shortens the window
   return ProbeVerdict::kUnheld;
 }

@@ -16,14 +16,18 @@
 // O_PATH holders (reclaim.h); the slow audit does too (observer.h).
 //
 // Never makes an application wait for long: the lease exists only between
-// F_SETLEASE and F_UNLCK, a few microseconds; an open(2) racing it blocks for
-// that long (the agent ignores SIGIO; if the agent were stopped inside that
-// window, the kernel breaks the lease after fs.lease-break-time).
+// F_SETLEASE and F_UNLCK, two back-to-back system calls (microseconds); an
+// open(2) racing it blocks for that long. The file's lease-break signal
+// (F_SETSIG) is SIGCONT: if the agent is stopped (SIGSTOP, SIGTSTP) inside
+// that window, the open that breaks the lease resumes it, and it releases the
+// lease at once, instead of the open waiting fs.lease-break-time (45 s). What
+// SIGCONT cannot end: a frozen cgroup, a ptrace stop (docs/agent.md).
 //
 // Thread-safety: a free function; any thread. Needs CAP_LEASE (or the file's
 // owner) and fs.leases-enable=1: kError otherwise.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -38,7 +42,9 @@ enum class ProbeVerdict {
 };
 
 // Probes `name` (relative to the directory `dir_fd`, no slashes followed
-// through symlinks) expected to be inode `key`.
-Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key);
+// through symlinks) expected to be inode `key`. `inside_window` (tests only)
+// runs while the lease is held.
+Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key,
+                                const std::function<void()>& inside_window = nullptr);
 
 }  // namespace shmkeeper
