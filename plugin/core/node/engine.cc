@@ -13,71 +13,6 @@ namespace {
 
 std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/" + k.name; }
 
-AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
-  AgentEvent e;
-  e.time = std::chrono::system_clock::now();
-  e.kind = kind;
-  e.pod = pod;
-  e.message = std::move(msg);
-  return e;
-}
-
-// Events from the difference between two snapshots.
-std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next) {
-  std::vector<AgentEvent> out;
-  std::map<std::string, const PodRecord*> before;
-  if (prev) {
-    for (const PodRecord& p : prev->pods) before[p.key.uid] = &p;
-  }
-  std::set<std::string> seen;
-  for (const PodRecord& p : next.pods) {
-    seen.insert(p.key.uid);
-    auto it = before.find(p.key.uid);
-    const PodRecord* old = it == before.end() ? nullptr : it->second;
-    if (!old && prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
-    if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
-      AgentEvent e =
-          MakeEvent(EventKind::kResizeApplied, p.key,
-                    "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
-      e.bytes = p.size_bytes;
-      out.push_back(e);
-    }
-    for (int pct : {80, 95}) {
-      auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
-      if (over(p) && !(old && over(*old))) {  // crossing it, or over it at first sight
-        AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
-                                 "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
-                                     FormatSize(p.size_bytes) + ")");
-        e.bytes = p.used_bytes;
-        e.threshold_percent = pct;
-        out.push_back(e);
-      }
-    }
-  }
-  for (const auto& [uid, p] : before) {
-    if (!seen.count(uid)) out.push_back(MakeEvent(EventKind::kPodStopped, p->key, PodName(p->key) + " stopped"));
-  }
-  std::set<std::pair<std::string, int32_t>> known;
-  if (prev) {
-    for (const LeakRecord& l : prev->leaks) {
-      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
-    }
-  }
-  for (const LeakRecord& l : next.leaks) {
-    // Only a leaked verdict is news: unheld segments (scratch files, a
-    // creator still running) are listed by ListLeaks, not announced.
-    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
-    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
-                             std::string(LeakStateName(l.state)) + " segment " +
-                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
-                                 FormatSize(l.bytes) + ")");
-    e.bytes = l.bytes;
-    e.path = l.path;
-    out.push_back(e);
-  }
-  return out;
-}
-
 bool PodMatches(const PodKey& k, const std::string& ns, const std::string& pod) {
   if (!ns.empty() && k.ns != ns) return false;
   return pod.empty() || k.name == pod || k.uid == pod;
@@ -345,7 +280,7 @@ void Agent::Publish(std::shared_ptr<const NodeSnapshot> next) {
     prev = snapshot_;
     snapshot_ = next;
   }
-  events_.Publish(Diff(prev.get(), *next));
+  events_.Publish(DiffSnapshots(prev.get(), *next));
   {
     std::lock_guard<std::mutex> l(mu_);
     scans_completed_++;

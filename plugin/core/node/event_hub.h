@@ -53,4 +53,13 @@ class EventHub {
 
 const char* EventKindName(EventKind kind);
 
+// An event of `kind` about `pod`, stamped now.
+AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg);
+
+// The events between two published snapshots (`prev` null: the first scan,
+// which announces no pod as started): pods started and stopped, /dev/shm
+// resized, usage crossing 80% and 95% (or over it at first sight), and leaked
+// verdicts not leaked before. Unheld segments are not announced. Pure.
+std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapshot& next);
+
 }  // namespace shmkeeper
