@@ -1,15 +1,15 @@
 // Proof that the clang build checks locking (-Wthread-safety -Werror): built
 // twice by CMakeLists.txt at configure time. With SHMK_CORRECT it must
 // compile (the positive control: the check is not failing for some other
-// reason); without it, it reads a GUARDED_BY member without the lock and
-// calls a REQUIRES function unlocked, and must NOT compile.
+// reason); without it, it reads a SHMK_GUARDED_BY member without the lock and
+// calls a SHMK_REQUIRES function unlocked, and must NOT compile.
 #include "base/mutex.h"
 
 namespace shmkeeper {
 
 class Counter {
  public:
-  int Get() EXCLUDES(mu_) {
+  int Get() SHMK_EXCLUDES(mu_) {
 #ifdef SHMK_CORRECT
     MutexLock l(&mu_);
     return BumpLocked();
@@ -20,9 +20,9 @@ class Counter {
   }
 
  private:
-  int BumpLocked() REQUIRES(mu_) { return ++n_; }
+  int BumpLocked() SHMK_REQUIRES(mu_) { return ++n_; }
   Mutex mu_;
-  int n_ GUARDED_BY(mu_) = 0;
+  int n_ SHMK_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shmkeeper
