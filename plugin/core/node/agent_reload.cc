@@ -24,17 +24,16 @@ bool NeedsRestart(const std::string& key) {
 }  // namespace
 
 Config Agent::config() const {
-  std::lock_guard<std::mutex> l(cfg_mu_);
+  MutexLock l(&cfg_mu_);
   return config_;
 }
 
 std::vector<std::string> Agent::Reload(const Config& next) {
   std::map<std::string, nlohmann::json> before, after;
   std::vector<std::string> restart;
-  std::lock_guard<std::mutex> scan_lock(scan_mu_);  // lock order: scan_mu_, loop_mu_, cfg_mu_
+  MutexLock scan_lock(&scan_mu_);  // lock order: scan_mu_, cfg_mu_
   {
-    std::lock_guard<std::mutex> loop_lock(loop_mu_);
-    std::lock_guard<std::mutex> l(cfg_mu_);
+    MutexLock l(&cfg_mu_);
     Flatten(ConfigToJson(config_), "", &before);
     Flatten(ConfigToJson(next), "", &after);
     for (const auto& [key, value] : after) {
@@ -52,17 +51,17 @@ std::vector<std::string> Agent::Reload(const Config& next) {
     applied.source = next.source;
     config_ = std::move(applied);
   }
-  loop_cv_.notify_all();  // the loop waits again with the new interval
+  loop_->SetInterval(next.agent.scan_interval);  // the loop waits again with the new interval
   return restart;
 }
 
 void Agent::SetConfigFileState(ConfigFileState state) {
-  std::lock_guard<std::mutex> l(cfg_mu_);
+  MutexLock l(&cfg_mu_);
   file_state_ = std::move(state);
 }
 
 ConfigFileState Agent::config_file_state() const {
-  std::lock_guard<std::mutex> l(cfg_mu_);
+  MutexLock l(&cfg_mu_);
   return file_state_;
 }
 
