@@ -17,34 +17,37 @@ std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/"
 std::unique_ptr<EventHub::Subscription> EventHub::Subscribe() {
   auto sub = std::make_unique<Subscription>();
   sub->hub_ = this;
-  std::lock_guard<std::mutex> l(mu_);
-  subs_.push_back(sub.get());
+  MutexLock l(&mu_);
+  queues_[sub.get()];
   return sub;
 }
 
-EventHub::Subscription::~Subscription() {
-  std::lock_guard<std::mutex> l(hub_->mu_);
-  std::erase(hub_->subs_, this);
+void EventHub::Remove(Subscription* sub) {
+  MutexLock l(&mu_);
+  queues_.erase(sub);
 }
 
-std::vector<AgentEvent> EventHub::Subscription::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(hub_->mu_);
-  hub_->cv_.wait_for(l, timeout, [&] { return !queue_.empty(); });
-  std::vector<AgentEvent> out(queue_.begin(), queue_.end());
-  queue_.clear();
+std::vector<AgentEvent> EventHub::Take(Subscription* sub, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock l(&mu_);
+  std::deque<AgentEvent>& queue = queues_[sub];
+  while (queue.empty() && cv_.WaitUntil(&mu_, deadline)) {
+  }
+  std::vector<AgentEvent> out(queue.begin(), queue.end());
+  queue.clear();
   return out;
 }
 
 void EventHub::Publish(const std::vector<AgentEvent>& events) {
   if (events.empty()) return;
-  std::lock_guard<std::mutex> l(mu_);
-  for (Subscription* s : subs_) {
+  MutexLock l(&mu_);
+  for (auto& [sub, queue] : queues_) {
     for (const AgentEvent& e : events) {
-      if (s->queue_.size() >= kMaxQueuedEvents) s->queue_.pop_front();
-      s->queue_.push_back(e);
+      if (queue.size() >= kMaxQueuedEvents) queue.pop_front();
+      queue.push_back(e);
     }
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 const char* EventKindName(EventKind kind) {

@@ -5,13 +5,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "node/node_scan.h"
 
 namespace shmkeeper {
@@ -34,21 +34,23 @@ class EventHub {
   class Subscription {
    public:
     // Waits up to `timeout` for events; returns what is queued (maybe none).
-    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout);
-    ~Subscription();
+    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout) { return hub_->Take(this, timeout); }
+    ~Subscription() { hub_->Remove(this); }
 
    private:
     friend class EventHub;
     EventHub* hub_ = nullptr;
-    std::deque<AgentEvent> queue_;
   };
-  std::unique_ptr<Subscription> Subscribe();
-  void Publish(const std::vector<AgentEvent>& events);
+  std::unique_ptr<Subscription> Subscribe() SHMK_EXCLUDES(mu_);
+  void Publish(const std::vector<AgentEvent>& events) SHMK_EXCLUDES(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Subscription*> subs_;
+  std::vector<AgentEvent> Take(Subscription* sub, std::chrono::milliseconds timeout) SHMK_EXCLUDES(mu_);
+  void Remove(Subscription* sub) SHMK_EXCLUDES(mu_);
+
+  Mutex mu_;
+  CondVar cv_;
+  std::map<Subscription*, std::deque<AgentEvent>> queues_ SHMK_GUARDED_BY(mu_);  // one per subscriber
 };
 
 const char* EventKindName(EventKind kind);
