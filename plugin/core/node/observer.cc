@@ -44,12 +44,12 @@ Status Observer::Start() {
 
 bool Observer::Watch(int dir_fd, dev_t dev) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (watched_.count(dev)) return true;
     if (failed_.count(dev)) return false;
   }
   Status s = fan_ ? fan_->Mark(dir_fd, dev) : Status::Precondition("observer not started");
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (s.ok()) {
     watched_.insert(dev);
     return true;
@@ -63,14 +63,14 @@ bool Observer::Watch(int dir_fd, dev_t dev) {
 }
 
 bool Observer::Watching(dev_t dev) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return watched_.count(dev) > 0;
 }
 
 void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live) {
   std::vector<dev_t> gone;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (dev_t d : watched_) {
       if (!devs.count(d)) gone.push_back(d);
     }
@@ -102,7 +102,7 @@ Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
 
 Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     counters_.probes++;
   }
   Result<ProbeVerdict> v = ProbeLease(dir_fd, name, key);
@@ -112,7 +112,7 @@ Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey&
 
 Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey& key) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     Inode& in = inodes_[key];
     std::optional<Clock::time_point> floor = FloorLocked(key.dev);
     bool stale = in.dirty || !in.probed || (floor && in.probed_at <= *floor);
@@ -125,7 +125,7 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
     reporter_->Report(kObserverProbeErrors,
                       "lease probe of " + name + " failed (kept as held): " + held.status().message());
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Inode& in = inodes_[key];
   in.probed = true;
   in.held = !held.ok() || *held;
@@ -138,7 +138,7 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
 Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey& key, bool walk_held) {
   std::optional<bool> settled;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = inodes_.find(key);
     std::optional<Clock::time_point> floor = FloorLocked(key.dev);
     if (it != inodes_.end() && it->second.probed && !it->second.dirty && !(floor && it->second.probed_at <= *floor)) {
@@ -153,7 +153,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
     Drain();
     bool again_dirty = false;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       again_dirty = inodes_[key].dirty;
     }
     if (!again_dirty) {
@@ -171,7 +171,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
 }
 
 ObserverCounters Observer::counters() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return counters_;
 }
 
@@ -207,16 +207,16 @@ void Observer::Drain() {
   {
     // One drain at a time: a caller's drain returns only after every event
     // read so far (by either thread) has been applied.
-    std::lock_guard<std::mutex> one(drain_mu_);
+    MutexLock one(&drain_mu_);
     auto now = Clock::now();
     bool ok = fan_->Read([&](const FanEvent& e) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       counters_.events++;
       OnEvent(e, now, &changed);
       overflow = overflow || e.overflow;
     });
     if (!ok) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       floor_ = now;  // treat a broken read as lost events
       overflow = true;
       overflow_pending_ = true;
