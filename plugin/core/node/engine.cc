@@ -203,18 +203,27 @@ std::vector<LeakRecord> Agent::ListLeaks(const std::string& ns, const std::strin
 }
 
 Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
-                                      const std::vector<std::string>& paths) {
+                                      const std::vector<std::string>& paths, Deadline deadline) {
   if (read_only_ && !dry_run) {
     return Status::Precondition("this agent is read-only (--read-only): another agent owns reclaim on this node");
   }
+  MutexLock scan_lock(&scan_mu_);  // no scan runs while files are in quarantine (reclaim.h)
+  if (std::chrono::steady_clock::now() >= deadline) return Status::Precondition("the caller's deadline passed");
+  if (dry_run) {
+    // Reads only: the leaks of the snapshot published last, their claim and
+    // holder checks run now; nothing is published, reconciled, resized,
+    // auto-reclaimed, renamed or removed.
+    std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+    if (!snap) return Status::Precondition("the first scan has not finished");
+    return reclaimer_->Request(*snap, /*dry_run=*/true, ns, pod, paths, deadline);
+  }
   // A fresh scan first: reclaim acts on what is true now, not on the last
-  // tick; and no scan runs while files are in quarantine. With the observer
-  // it does not walk /proc: the candidates' final check does (reclaim.h).
-  MutexLock scan_lock(&scan_mu_);
+  // tick. With the observer it does not walk /proc: the candidates' final
+  // check does (reclaim.h).
   if (observer_) observer_->Drain();  // every use reported until now counts
   ScanLocked(ScanDepth::kObserve, "scan");
-  ReclaimOutcome out = reclaimer_->Request(*Snapshot(), dry_run, ns, pod, paths);
-  if (!dry_run) NoteLeaseRefusals(out);
+  ReclaimOutcome out = reclaimer_->Request(*Snapshot(), dry_run, ns, pod, paths, deadline);
+  NoteLeaseRefusals(out);
   return out;
 }
 

@@ -144,8 +144,17 @@ class Agent {
   // (full or a unique prefix of at least 4 characters).
   Result<PodRecord> FindPod(const std::string& uid, const std::string& name, const std::string& container_id) const;
   std::vector<LeakRecord> ListLeaks(const std::string& ns, const std::string& pod) const;
+  // Reclaims the leaks of `pod` ("" = all) in `ns` ("" = all) whose paths are
+  // in `paths` (empty = all) after a fresh scan (published, with reconcile and
+  // auto-reclaim as every scan). A dry run reads only: it answers from the
+  // snapshot published last (claim and holder checks run now) and publishes,
+  // reconciles, resizes and removes nothing. Nothing is removed once
+  // `deadline` (the client's) has passed: the files not yet removed are kept
+  // with reason "deadline" (kFailedPrecondition when it passed before the
+  // reclaim began). Waits for a running scan to end.
   Result<ReclaimOutcome> Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
-                                 const std::vector<std::string>& paths) SHMK_EXCLUDES(scan_mu_);
+                                 const std::vector<std::string>& paths, Deadline deadline = Deadline::max())
+      SHMK_EXCLUDES(scan_mu_);
 
   EventHub& events() { return events_; }
   // The running policy: a copy, as Reload may change it. Thread-safe.

@@ -38,7 +38,7 @@ ReclaimOutcome Reclaimer::Auto(const NodeSnapshot& snap, LeakReclaim mode) {
 }
 
 ReclaimOutcome Reclaimer::Request(const NodeSnapshot& snap, bool dry_run, const std::string& ns, const std::string& pod,
-                                  const std::vector<std::string>& paths) {
+                                  const std::vector<std::string>& paths, Deadline deadline) {
   std::vector<LeakRecord> candidates;
   for (const LeakRecord& l : QueryLeaks(&snap, ns, pod)) {
     // Paths as ListLeaks shows them (names that are not UTF-8 escaped).
@@ -46,7 +46,7 @@ ReclaimOutcome Reclaimer::Request(const NodeSnapshot& snap, bool dry_run, const 
                   std::find(paths.begin(), paths.end(), EscapeInvalidUtf8(l.path)) != paths.end();
     if (paths.empty() || listed) candidates.push_back(l);
   }
-  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run, "/proc", agent_id_);
+  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run, "/proc", agent_id_, deadline);
   if (!dry_run) Record(out);
   return out;
 }

@@ -44,9 +44,9 @@ class Reclaimer {
   ReclaimOutcome Auto(const NodeSnapshot& snap, LeakReclaim mode) SHMK_EXCLUDES(mu_);
   // The leaks of `snap` in `ns` and `pod` ("" = all) whose path is in
   // `paths` (empty = all; as ListLeaks shows them), reclaimed, or with
-  // `dry_run` only checked.
+  // `dry_run` only checked; nothing is removed after `deadline`.
   ReclaimOutcome Request(const NodeSnapshot& snap, bool dry_run, const std::string& ns, const std::string& pod,
-                         const std::vector<std::string>& paths) SHMK_EXCLUDES(mu_);
+                         const std::vector<std::string>& paths, Deadline deadline = Deadline::max()) SHMK_EXCLUDES(mu_);
 
   ReclaimCounters counters() const SHMK_EXCLUDES(mu_);
   int64_t reclaimed_total() const { return reclaimed_total_; }
