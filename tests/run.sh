@@ -106,7 +106,8 @@ tidy_unit() {
   case "$f" in
     *.h)
       for ext in cc c; do [ -f "$stem.$ext" ] && { echo "$stem.$ext"; return; }; done
-      git grep -l -E "#include \"([^\"]*/)?$(basename "$f")\"" -- '*.cc' '*.c' | sed -n 1p ;;  # sed reads all: no SIGPIPE under pipefail
+      # sed reads all: no SIGPIPE under pipefail; no includer (a header only headers include): none
+      { git grep -l -E "#include \"([^\"]*/)?$(basename "$f")\"" -- '*.cc' '*.c' || true; } | sed -n 1p ;;
     *) echo "$f" ;;
   esac
 }

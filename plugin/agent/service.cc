@@ -61,14 +61,23 @@ grpc::Status ShmKeeperService::ListLeaks(grpc::ServerContext*, const v1::ListLea
   return grpc::Status::OK;
 }
 
-grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest* req,
+grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext* ctx, const v1::ReclaimLeaksRequest* req,
                                             v1::ReclaimLeaksResponse* resp) {
   bool dry_run = !req->has_dry_run() || req->dry_run();
   std::vector<std::string> paths(req->paths().begin(), req->paths().end());
   for (const std::string& p : paths) {
     if (p.empty() || p[0] != '/') return ToGrpc(Status::Invalid("path \"" + p + "\" is not absolute"));
   }
-  Result<ReclaimOutcome> out = agent_->Reclaim(dry_run, req->namespace_(), req->pod(), paths);
+  // The client's deadline, on the agent's clock: nothing is removed after the
+  // client saw DEADLINE_EXCEEDED.
+  Deadline deadline = Deadline::max();
+  if (auto left = ctx->deadline() - std::chrono::system_clock::now(); left < std::chrono::hours(24 * 365)) {
+    deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+  }
+  Result<ReclaimOutcome> out = agent_->Reclaim(dry_run, req->namespace_(), req->pod(), paths, deadline);
+  if (std::chrono::steady_clock::now() >= deadline) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed: files not yet removed were kept");
+  }
   if (!out.ok()) return ToGrpc(out.status());
   resp->set_dry_run(dry_run);
   for (const LeakRecord& l : out->reclaimed) ToProto(l, resp->add_reclaimed());

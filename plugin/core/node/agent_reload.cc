@@ -51,16 +51,15 @@ std::vector<std::string> NotApplied(const Config& applied, const Config& next) {
 }  // namespace
 
 Config Agent::config() const {
-  std::lock_guard<std::mutex> l(cfg_mu_);
+  MutexLock l(&cfg_mu_);
   return config_;
 }
 
 std::vector<std::string> Agent::Reload(const Config& next) {
   std::vector<std::string> restart;
-  std::lock_guard<std::mutex> scan_lock(scan_mu_);  // lock order: scan_mu_, loop_mu_, cfg_mu_
+  MutexLock scan_lock(&scan_mu_);  // lock order: scan_mu_, cfg_mu_
   {
-    std::lock_guard<std::mutex> loop_lock(loop_mu_);
-    std::lock_guard<std::mutex> l(cfg_mu_);
+    MutexLock l(&cfg_mu_);
     Config applied = config_;  // what only a restart changes stays as it runs
     applied.shm = next.shm;
     applied.on_internal_error = next.on_internal_error;
@@ -75,17 +74,17 @@ std::vector<std::string> Agent::Reload(const Config& next) {
     restart = NotApplied(applied, next);
     config_ = std::move(applied);
   }
-  loop_cv_.notify_all();  // the loop waits again with the new interval
+  loop_->SetInterval(next.agent.scan_interval);  // the loop waits again with the new interval
   return restart;
 }
 
 void Agent::SetConfigFileState(ConfigFileState state) {
-  std::lock_guard<std::mutex> l(cfg_mu_);
+  MutexLock l(&cfg_mu_);
   file_state_ = std::move(state);
 }
 
 ConfigFileState Agent::config_file_state() const {
-  std::lock_guard<std::mutex> l(cfg_mu_);
+  MutexLock l(&cfg_mu_);
   return file_state_;
 }
 

@@ -25,7 +25,7 @@ bool CreatorRecord::Alive(const std::string& proc) const {
 }
 
 Status CreatorBook::Record(const FileKey& key, CreatorRecord rec, const std::string& proc) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = records_.find(key);
   if (it != records_.end() && it->second.Alive(proc) &&
       !(it->second.host_pid == rec.host_pid && it->second.start_ticks == rec.start_ticks)) {
@@ -36,19 +36,19 @@ Status CreatorBook::Record(const FileKey& key, CreatorRecord rec, const std::str
 }
 
 std::optional<CreatorRecord> CreatorBook::Find(const FileKey& key) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = records_.find(key);
   if (it == records_.end()) return std::nullopt;
   return it->second;
 }
 
 void CreatorBook::Retain(const std::set<FileKey>& live) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::erase_if(records_, [&](const auto& kv) { return !live.count(kv.first); });
 }
 
 size_t CreatorBook::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return records_.size();
 }
 

@@ -24,12 +24,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 
 #include "base/json.h"
+#include "base/mutex.h"
 #include "base/status.h"
 #include "scan/proc_table.h"
 
@@ -56,8 +56,8 @@ class CreatorBook {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<FileKey, CreatorRecord> records_;
+  mutable Mutex mu_;
+  std::map<FileKey, CreatorRecord> records_ SHMK_GUARDED_BY(mu_);
 };
 
 // Why a creator claim was refused: the label of

@@ -6,122 +6,59 @@
 #include <map>
 #include <set>
 
-#include "base/bytes.h"
-
 namespace shmkeeper {
-namespace {
 
-std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/" + k.name; }
-
-AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
-  AgentEvent e;
-  e.time = std::chrono::system_clock::now();
-  e.kind = kind;
-  e.pod = pod;
-  e.message = std::move(msg);
-  return e;
-}
-
-// Events from the difference between two snapshots.
-std::vector<AgentEvent> Diff(const NodeSnapshot* prev, const NodeSnapshot& next) {
-  std::vector<AgentEvent> out;
-  std::map<std::string, const PodRecord*> before;
-  if (prev) {
-    for (const PodRecord& p : prev->pods) before[p.key.uid] = &p;
-  }
-  std::set<std::string> seen;
-  for (const PodRecord& p : next.pods) {
-    seen.insert(p.key.uid);
-    auto it = before.find(p.key.uid);
-    const PodRecord* old = it == before.end() ? nullptr : it->second;
-    if (!old && prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
-    if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
-      AgentEvent e =
-          MakeEvent(EventKind::kResizeApplied, p.key,
-                    "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
-      e.bytes = p.size_bytes;
-      out.push_back(e);
-    }
-    for (int pct : {80, 95}) {
-      auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
-      if (over(p) && !(old && over(*old))) {  // crossing it, or over it at first sight
-        AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
-                                 "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
-                                     FormatSize(p.size_bytes) + ")");
-        e.bytes = p.used_bytes;
-        e.threshold_percent = pct;
-        out.push_back(e);
-      }
-    }
-  }
-  for (const auto& [uid, p] : before) {
-    if (!seen.count(uid)) out.push_back(MakeEvent(EventKind::kPodStopped, p->key, PodName(p->key) + " stopped"));
-  }
-  std::set<std::pair<std::string, int32_t>> known;
-  if (prev) {
-    for (const LeakRecord& l : prev->leaks) {
-      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
-    }
-  }
-  for (const LeakRecord& l : next.leaks) {
-    // Only a leaked verdict is news: unheld segments (scratch files, a
-    // creator still running) are listed by ListLeaks, not announced.
-    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
-    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
-                             std::string(LeakStateName(l.state)) + " segment " +
-                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
-                                 FormatSize(l.bytes) + ")");
-    e.bytes = l.bytes;
-    e.path = l.path;
-    out.push_back(e);
-  }
-  return out;
-}
-
-bool PodMatches(const PodKey& k, const std::string& ns, const std::string& pod) {
-  if (!ns.empty() && k.ns != ns) return false;
-  return pod.empty() || k.name == pod || k.uid == pod;
-}
-
-}  // namespace
-
-// ---- Agent -----------------------------------------------------------------
-
-namespace {
-ScanOptions WithCreators(ScanOptions scan) {
+Agent::Defaulted Agent::WithDefaults(ScanOptions scan) {
   if (!scan.creators) scan.creators = std::make_shared<CreatorBook>();
   if (!scan.reporter) scan.reporter = std::make_shared<Reporter>();
-  return scan;
+  return Defaulted{std::move(scan)};
 }
-}  // namespace
 
-Agent::Agent(const Config& config, ScanOptions scan, Os* os)
-    : config_(config),
-      os_(os),
-      reporter_((scan = WithCreators(std::move(scan))).reporter),
-      scanner_(scan),  // one CreatorBook, shared with the receiver; one Reporter for all
-      runtime_roots_(scan.runtime_roots),
-      agent_id_(scan.agent_id),
-      read_only_(scan.read_only),
-      creators_(scan.creators) {}
+Agent::Agent(const Config& config, ScanOptions scan, Os* os) : Agent(config, WithDefaults(std::move(scan)), os) {}
+
+Agent::Agent(const Config& config, Defaulted d, Os* os)
+    : os_(os),
+      reporter_(d.scan.reporter),  // one Reporter for all
+      creators_(d.scan.creators),  // one CreatorBook, shared with the intake
+      runtime_roots_(d.scan.runtime_roots),
+      read_only_(d.scan.read_only),
+      config_(config),
+      scanner_(d.scan) {
+  // The parts, in this order: each takes only what is built before it. They
+  // log through log_ as SetLog leaves it (before Start).
+  Reporter::Log log = [this](LogLevel level, const std::string& line) { log_(level, line); };
+  snapshots_ = std::make_unique<SnapshotStore>(&events_);
+  reclaimer_ = std::make_unique<Reclaimer>(d.scan.agent_id, read_only_, &events_, log);
+  loop_ = std::make_unique<ScanLoop>(config.agent.scan_interval, config.agent.audit_interval,
+                                     [this](ScanDepth depth, const char* reason) {
+                                       MutexLock scan_lock(&scan_mu_);
+                                       ScanLocked(depth, reason);
+                                     });
+  intake_ = std::make_unique<DatagramIntake>(
+      creators_, [this] { Poke(); }, log);
+}
 
 void Agent::SetLog(AgentLog log) {
   reporter_->SetLog(log);
   log_ = std::move(log);
 }
 
-Agent::~Agent() { Stop(); }
+Agent::~Agent() {
+  Stop();
+  observer_.reset();  // its thread pokes the loop: gone before the loop is
+}
 
 Status Agent::Start() {
+  Config config = this->config();
   Status events = Status::Ok();
-  if (!config_.agent.event_socket.empty()) {
+  if (!config.agent.event_socket.empty()) {
     receiver_ = std::make_unique<EventReceiver>(
-        config_.agent.event_socket, [this](pid_t pid, uid_t uid, const std::string& p) { OnDatagram(pid, uid, p); },
-        reporter_.get());
+        config.agent.event_socket,
+        [this](pid_t pid, uid_t uid, const std::string& p) { intake_->OnDatagram(pid, uid, p); }, reporter_.get());
     events = receiver_->Start().WithContext("event socket");
     if (!events.ok()) receiver_.reset();
   }
-  if (config_.agent.observe) {
+  if (config.agent.observe) {
     observer_ = std::make_unique<Observer>([this] { Poke(); }, [this] { Poke(); }, reporter_.get());
     if (Status observing = observer_->Start(); !observing.ok()) {
       log_(LogLevel::kWarn, "fanotify is unavailable (" + observing.message() +
@@ -129,6 +66,7 @@ Status Agent::Start() {
                                 "docs/agent.md#kernel-requirements)");
       observer_.reset();
     } else {
+      MutexLock scan_lock(&scan_mu_);
       scanner_.SetObserver(observer_.get());
     }
   } else {
@@ -137,72 +75,30 @@ Status Agent::Start() {
   watcher_ = std::make_unique<ChangeWatcher>([this] { Poke(); }, reporter_.get());
   if (Status watching = watcher_->Start(); !watching.ok()) {
     reporter_->Report(kWatcherErrors, "inotify watcher not started, event-driven scans are off (scans run every " +
-                                          std::to_string(config_.agent.scan_interval.count()) +
+                                          std::to_string(config.agent.scan_interval.count()) +
                                           "ms): " + watching.message());
     watcher_.reset();
   }
   {
-    std::lock_guard<std::mutex> scan_lock(scan_mu_);
+    MutexLock scan_lock(&scan_mu_);
     ScanLocked(ScanDepth::kWalk, "startup");
   }
-  loop_ = std::thread([this] { Loop(); });
+  loop_->Start(observer_.get());
   return events;
 }
 
-void Agent::Poke() {
-  {
-    std::lock_guard<std::mutex> l(loop_mu_);
-    poked_ = true;
-  }
-  loop_cv_.notify_all();
-}
-
-void Agent::OnDatagram(pid_t sender, uid_t uid, const std::string& payload) {
-  Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  std::string type = StringField(doc, "type");
-  if (type == "create") {
-    ClaimRejection why = ClaimRejection::kMalformed;
-    Result<VerifiedClaim> claim = VerifyCreatorClaim(doc, SenderCreds{sender, uid}, &why);
-    if (!claim.ok()) return RejectDatagram(why, sender, claim.status().message());
-    Status recorded = creators_->Record(claim->key, std::move(claim->record));
-    if (!recorded.ok()) RejectDatagram(ClaimRejection::kLiveCreator, sender, recorded.message());
-    return;
-  }
-  if (type == "unlink" || type == "memfd") return;  // older preloads' notices: the observer or inotify sees these
-  if (type == "stopped") {
-    Poke();  // the hook's poststop: a container is gone
-    return;
-  }
-  RejectDatagram(ClaimRejection::kMalformed, sender, "unknown datagram");
-}
-
-void Agent::RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail) {
-  constexpr auto kWindow = std::chrono::minutes(1);
-  constexpr int kLinesPerWindow = 10;
-  std::string line;
-  {
-    std::lock_guard<std::mutex> l(counters_mu_);
-    counters_.datagrams_rejected[ClaimRejectionName(why)]++;
-    auto now = std::chrono::steady_clock::now();
-    if (now - reject_window_ >= kWindow) {
-      if (reject_dropped_) line = std::to_string(reject_dropped_) + " more refused datagrams were not logged; ";
-      reject_window_ = now;
-      reject_logged_ = 0;
-      reject_dropped_ = 0;
-    }
-    if (reject_logged_ >= kLinesPerWindow) {
-      reject_dropped_++;
-      return;
-    }
-    reject_logged_++;
-  }
-  log_(LogLevel::kWarn, line + "refused a datagram from pid " + std::to_string(sender) + " (" +
-                            ClaimRejectionName(why) + "): " + detail);
-}
-
 AgentCounters Agent::counters() const {
-  std::lock_guard<std::mutex> l(counters_mu_);
-  return counters_;
+  AgentCounters c;
+  c.datagrams_rejected = intake_->rejected();
+  ReclaimCounters r = reclaimer_->counters();
+  c.reclaim_kept = std::move(r.kept);
+  c.reclaim_errors = r.errors;
+  c.reclaim_raced = r.raced;
+  c.reclaim_pinned = r.pinned;
+  MutexLock l(&counters_mu_);
+  c.restored_from_quarantine = restored_from_quarantine_;
+  c.walks = walks_;
+  return c;
 }
 
 // The pods' shm directories, whose changes are worth an early scan (the
@@ -221,63 +117,12 @@ std::vector<std::string> Agent::WatchPaths(const NodeSnapshot& snap) const {
 }
 
 void Agent::Stop() {
-  {
-    std::lock_guard<std::mutex> l(loop_mu_);
-    stop_ = true;
-  }
-  loop_cv_.notify_all();
-  if (loop_.joinable()) loop_.join();
+  loop_->Stop();
   receiver_.reset();
   watcher_.reset();
 }
 
-void Agent::Loop() {
-  constexpr auto kMinGap = std::chrono::seconds(1);  // event-driven scans: at most one a second
-  using Steady = std::chrono::steady_clock;
-  std::unique_lock<std::mutex> l(loop_mu_);
-  auto last = Steady::now();
-  auto next_audit = last + config_.agent.audit_interval;
-  constexpr auto kOverflowWalkGap = std::chrono::seconds(10);
-  auto last_overflow_walk = Steady::time_point{};
-  while (!stop_) {
-    auto wait = std::chrono::duration_cast<Steady::duration>(config_.agent.scan_interval);
-    if (observer_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - Steady::now()));
-    loop_cv_.wait_for(l, wait, [this] { return stop_.load() || poked_; });
-    if (stop_) break;
-    if (poked_) loop_cv_.wait_until(l, last + kMinGap, [this] { return stop_.load(); });
-    if (stop_) break;
-    poked_ = false;
-    // With the observer, /proc is walked only after lost events and for the
-    // slow audit; every other scan asks the observer.
-    ScanDepth depth = ScanDepth::kWalk;
-    const char* reason = "scan";
-    if (observer_) {
-      depth = ScanDepth::kObserve;
-      // Lost events make every cached verdict stale, so scans re-probe every
-      // file until then; the walk (pids, O_PATH holders) runs at most once
-      // per kOverflowWalkGap, so that a flood of opens cannot buy a walk a second.
-      if (Steady::now() - last_overflow_walk >= kOverflowWalkGap && observer_->TakeOverflow()) {
-        last_overflow_walk = Steady::now();
-        depth = ScanDepth::kWalk;
-        reason = "overflow";
-      } else if (Steady::now() >= next_audit) {
-        depth = ScanDepth::kWalk;
-        reason = "audit";
-      }
-      if (depth == ScanDepth::kWalk) next_audit = Steady::now() + config_.agent.audit_interval;
-    }
-    l.unlock();
-    {
-      std::lock_guard<std::mutex> scan_lock(scan_mu_);
-      ScanLocked(depth, reason);
-    }
-    last = Steady::now();
-    l.lock();
-  }
-}
-
-// Lists the sandboxes; in agent-only mode sizes them before they are measured.
-std::vector<CriSandbox> Agent::Reconcile() {
+std::vector<CriSandbox> Agent::Reconcile(const Config& config) {
   Result<std::vector<CriSandbox>> sandboxes = reconciler_.list_sandboxes();
   std::vector<ReconcileResult> results;
   if (!sandboxes.ok()) {
@@ -285,7 +130,7 @@ std::vector<CriSandbox> Agent::Reconcile() {
     failed.status = sandboxes.status().WithContext("list pod sandboxes");
     results.push_back(std::move(failed));
   } else if (reconciler_.resize) {
-    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config_, *os_);
+    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config, *os_);
   }
   for (const ReconcileResult& r : results) {
     bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;
@@ -303,20 +148,21 @@ void Agent::WarnOnce(const std::vector<std::string>& warnings) {
 }
 
 void Agent::ScanNow() {
-  std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  MutexLock scan_lock(&scan_mu_);
   ScanLocked(ScanDepth::kWalk, "request");
 }
 
 void Agent::ScanLocked(ScanDepth depth, const char* reason) {
+  Config config = this->config();  // Reload changes it only with scan_mu_ held: it holds for this scan
   std::vector<CriSandbox> sandboxes;
-  if (reconciler_.list_sandboxes) sandboxes = Reconcile();
+  if (reconciler_.list_sandboxes) sandboxes = Reconcile(config);
   WarnOnce(RuntimeRootWarnings(runtime_roots_));
   // A walk audits the observer's state: events queued until now first.
   if (observer_ && depth == ScanDepth::kWalk) observer_->Drain();
   NodeSnapshot snap = scanner_.Scan(depth);
   if (snap.walked) {
-    std::lock_guard<std::mutex> l(counters_mu_);
-    counters_.walks[reason]++;
+    MutexLock l(&counters_mu_);
+    walks_[reason]++;
   }
   LabelPodsFromCri(sandboxes, &snap.pods);
   std::map<std::string, int64_t> peaks;  // pods that are gone drop out
@@ -329,163 +175,55 @@ void Agent::ScanLocked(ScanDepth depth, const char* reason) {
   if (snap.restored_from_quarantine) {
     log_(LogLevel::kWarn, "renamed " + std::to_string(snap.restored_from_quarantine) +
                               " file(s) back from reclaim quarantine (an interrupted reclaim)");
-    std::lock_guard<std::mutex> l(counters_mu_);
-    counters_.restored_from_quarantine += snap.restored_from_quarantine;
+    MutexLock l(&counters_mu_);
+    restored_from_quarantine_ += snap.restored_from_quarantine;
   }
   auto next = std::make_shared<const NodeSnapshot>(std::move(snap));
   if (watcher_) watcher_->SetPaths(WatchPaths(*next), runtime_roots_);
-  Publish(next);
-  AutoReclaim(*next);
+  snapshots_->Publish(next);
+  NoteLeaseRefusals(reclaimer_->Auto(*next, config.leaks.reclaim));
   ::malloc_trim(0);  // give the previous snapshot's and the scan's memory back
 }
 
-void Agent::Publish(std::shared_ptr<const NodeSnapshot> next) {
-  std::shared_ptr<const NodeSnapshot> prev;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    prev = snapshot_;
-    snapshot_ = next;
-  }
-  events_.Publish(Diff(prev.get(), *next));
-}
-
-std::shared_ptr<const NodeSnapshot> Agent::Snapshot() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return snapshot_;
-}
-
-void Agent::AutoReclaim(const NodeSnapshot& snap) {
-  std::vector<LeakRecord> due;
-  for (const LeakRecord& l : snap.leaks) {
-    bool on = config_.leaks.reclaim == LeakReclaim::kAuto || l.reclaim_auto;
-    if (on && l.reclaimable) due.push_back(l);
-  }
-  if (!due.empty() && !read_only_) RecordReclaim(ReclaimLeaks(due, /*dry_run=*/false, "/proc", agent_id_));
-}
-
-namespace {
-
-std::string Where(const LeakRecord& l) { return l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path; }
-
-// One line per removal: what, where, and on which evidence.
-std::string RemovalLine(const LeakRecord& l) {
-  std::string pod = l.pod.ns.empty() ? l.pod.name : l.pod.ns + "/" + l.pod.name;
-  return "reclaimed " + Where(l) + " of " + pod + ": inode " + std::to_string(l.key.dev) + ":" +
-         std::to_string(l.key.ino) + ", " + std::to_string(l.bytes) + " bytes, creator pid " +
-         std::to_string(l.creator_pid) + (l.creator_command.empty() ? "" : " (" + l.creator_command + ")") +
-         " dead, evidence " + l.creator_source + ", unheld for " +
-         std::to_string(static_cast<int64_t>(l.unheld_for_sec)) + "s";
-}
-
-}  // namespace
-
-void Agent::RecordReclaim(const ReclaimOutcome& out) {
-  std::vector<AgentEvent> events;
-  for (const LeakRecord& l : out.reclaimed) {
-    log_(LogLevel::kInfo, RemovalLine(l));
-    AgentEvent e =
-        MakeEvent(EventKind::kLeakReclaimed, l.pod, "reclaimed " + Where(l) + " (" + FormatSize(l.bytes) + ")");
-    e.bytes = l.bytes;
-    e.path = l.path;
-    events.push_back(e);
-  }
-  {
-    std::lock_guard<std::mutex> lock(counters_mu_);
-    for (const SkippedLeak& k : out.skipped) {
-      if (k.reason == "verdict") continue;  // not a candidate: nothing was refused
-      if (k.reason == "pinned") {           // removed, but not freed
-        counters_.reclaim_pinned++;
-        continue;
-      }
-      counters_.reclaim_kept[k.reason]++;
-      if (k.reason == "error") counters_.reclaim_errors++;
-    }
-    counters_.reclaim_raced += out.raced;
-  }
+void Agent::NoteLeaseRefusals(const ReclaimOutcome& out) {
   for (const SkippedLeak& k : out.skipped) {
-    if (k.reason == "error" || k.reason == "pinned") {
-      log_(LogLevel::kError, "reclaim of " + Where(k.leak) + (k.reason == "error" ? " failed: " : ": ") + k.message);
-    }
     if (k.lease_refused && k.leak.sysv_id < 0) scanner_.NoteLeaseRefused(k.leak.key);
   }
-  if (out.raced) {
-    log_(LogLevel::kError, std::to_string(out.raced) +
-                               " removed file(s) were opened by a process whose lookup preceded the quarantine "
-                               "rename (see docs/reclaim-safety.md)");
-  }
-  reclaimed_total_ += static_cast<int64_t>(out.reclaimed.size());
-  reclaimed_bytes_total_ += out.freed_bytes;
-  events_.Publish(events);
 }
 
-Result<std::vector<PodRecord>> Agent::ListPods(const PodFilter& f) const {
-  SHMK_ASSIGN_OR_RETURN(std::vector<SelectorTerm> terms, ParseSelector(f.selector));
-  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
-  std::vector<PodRecord> out;
-  if (!snap) return Status::Precondition("the first scan has not finished");
-  for (const PodRecord& p : snap->pods) {
-    if (!f.ns.empty() && p.key.ns != f.ns) continue;
-    if (f.only_with_leaks && p.leaked_bytes == 0) continue;
-    if (!MatchesSelector(p, terms)) continue;
-    out.push_back(p);
-  }
-  return out;
-}
+Result<std::vector<PodRecord>> Agent::ListPods(const PodFilter& f) const { return QueryPods(Snapshot().get(), f); }
 
 Result<PodRecord> Agent::FindPod(const std::string& uid, const std::string& name,
                                  const std::string& container_id) const {
-  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
-  if (!snap) return Status::Precondition("the first scan has not finished");
-  if (uid.empty() && name.empty() && container_id.empty()) {
-    return Status::Invalid("give a pod uid, a namespace/name, or a container id");
-  }
-  if (!container_id.empty() && container_id.size() < 4) {
-    return Status::Invalid("container id prefix \"" + container_id + "\" is shorter than 4 characters");
-  }
-  std::vector<const PodRecord*> hits;
-  for (const PodRecord& p : snap->pods) {
-    bool hit = (!uid.empty() && p.key.uid == uid) || (!name.empty() && PodName(p.key) == name);
-    for (const ContainerRecord& c : p.containers) {
-      if (!container_id.empty() && c.id.starts_with(container_id)) hit = true;
-    }
-    if (hit) hits.push_back(&p);
-  }
-  std::string what = !uid.empty() ? "uid " + uid : !name.empty() ? "name " + name : "container " + container_id;
-  if (hits.empty()) return Status::NotFound("no pod with " + what);
-  if (hits.size() > 1) return Status::Invalid(what + " matches " + std::to_string(hits.size()) + " pods");
-  return *hits.front();
+  return QueryPod(Snapshot().get(), uid, name, container_id);
 }
 
 std::vector<LeakRecord> Agent::ListLeaks(const std::string& ns, const std::string& pod) const {
-  std::vector<LeakRecord> out;
-  std::shared_ptr<const NodeSnapshot> snap = Snapshot();
-  if (!snap) return out;
-  for (const LeakRecord& l : snap->leaks) {
-    if (PodMatches(l.pod, ns, pod)) out.push_back(l);
-  }
-  return out;
+  return QueryLeaks(Snapshot().get(), ns, pod);
 }
 
 Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
-                                      const std::vector<std::string>& paths) {
+                                      const std::vector<std::string>& paths, Deadline deadline) {
   if (read_only_ && !dry_run) {
     return Status::Precondition("this agent is read-only (--read-only): another agent owns reclaim on this node");
   }
+  MutexLock scan_lock(&scan_mu_);  // no scan runs while files are in quarantine (reclaim.h)
+  if (std::chrono::steady_clock::now() >= deadline) return Status::Precondition("the caller's deadline passed");
+  if (dry_run) {
+    // Reads only: the leaks of the snapshot published last, their claim and
+    // holder checks run now; nothing is published, reconciled, resized,
+    // auto-reclaimed, renamed or removed.
+    std::shared_ptr<const NodeSnapshot> snap = Snapshot();
+    if (!snap) return Status::Precondition("the first scan has not finished");
+    return reclaimer_->Request(*snap, /*dry_run=*/true, ns, pod, paths, deadline);
+  }
   // A fresh scan first: reclaim acts on what is true now, not on the last
-  // tick; and no scan runs while files are in quarantine. With the observer
-  // it does not walk /proc: the candidates' final check does (reclaim.h).
-  std::lock_guard<std::mutex> scan_lock(scan_mu_);
+  // tick. With the observer it does not walk /proc: the candidates' final
+  // check does (reclaim.h).
   if (observer_) observer_->Drain();  // every use reported until now counts
   ScanLocked(ScanDepth::kObserve, "scan");
-  std::vector<LeakRecord> candidates;
-  for (const LeakRecord& l : ListLeaks(ns, pod)) {
-    // Paths as ListLeaks shows them (names that are not UTF-8 escaped).
-    bool listed = std::find(paths.begin(), paths.end(), l.path) != paths.end() ||
-                  std::find(paths.begin(), paths.end(), EscapeInvalidUtf8(l.path)) != paths.end();
-    if (paths.empty() || listed) candidates.push_back(l);
-  }
-  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run, "/proc", agent_id_);
-  if (!dry_run) RecordReclaim(out);
+  ReclaimOutcome out = reclaimer_->Request(*Snapshot(), dry_run, ns, pod, paths, deadline);
+  NoteLeaseRefusals(out);
   return out;
 }
 

@@ -1,41 +1,50 @@
-// The node agent's engine, independent of gRPC and HTTP: a scan loop that
-// publishes immutable NodeSnapshots, pod queries, reclaim, and events.
+// The node agent's engine, independent of gRPC and HTTP: the facade the
+// server, the metrics and shmkeeperd's main use, assembled from one object
+// per concern (each header states its contract):
+//   ScanLoop        (scan_loop.h)       when to scan and how deep;
+//   Scanner         (node_scan.h)       a scan: pods, segments, verdicts;
+//   SnapshotStore   (snapshot_store.h)  the published snapshot, its events
+//                                       (DiffSnapshots, event_hub.h), the scan count;
+//   Reclaimer       (reclaimer.h)       auto-reclaim and requests, their log and counters;
+//   DatagramIntake  (datagram_intake.h) the event socket's datagrams;
+//   queries         (pod_query.h)       pods and leaks of a snapshot.
+// The Agent itself runs one scan at a time (scan_mu_): reconcile, the scan,
+// labels and peaks, publication, auto-reclaim; and applies reloads.
+//
+// Locks, in the order they may be taken: scan_mu_, then cfg_mu_; each part's
+// own mutex is a leaf (held for no call out of the part). The clang build
+// checks the annotations (base/mutex.h).
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/os.h"
 #include "base/status.h"
 #include "decide/config.h"
+#include "node/datagram_intake.h"
 #include "node/event_hub.h"
 #include "node/node_events.h"
 #include "node/node_scan.h"
 #include "node/observer.h"
+#include "node/pod_query.h"
 #include "node/reclaim.h"
+#include "node/reclaimer.h"
 #include "node/reconcile.h"
 #include "node/reporter.h"
+#include "node/scan_loop.h"
 #include "node/selectors.h"
+#include "node/snapshot_store.h"
 
 namespace shmkeeper {
-
-struct PodFilter {
-  std::string ns;
-  std::string selector;
-  bool only_with_leaks = false;
-};
 
 // How the agent lists pod sandboxes over the CRI (the client lives with the
 // gRPC code) and where it reports what it did. Every scan lists them once:
@@ -51,7 +60,7 @@ struct Reconciler {
 
 // Where the engine reports what an operator must be able to find later
 // (removals, refused datagrams). Called from any of the agent's threads.
-using AgentLog = std::function<void(LogLevel, const std::string&)>;
+using AgentLog = Reporter::Log;
 
 // Counters beside the snapshots, for /metrics.
 struct AgentCounters {
@@ -85,112 +94,144 @@ class Agent {
   Agent(const Config& config, ScanOptions scan, Os* os = Os::Default());
   ~Agent();
 
-  // Where log lines go, the reporter's included. REQUIRES: called before
+  // Where log lines go, the reporter's included. SHMK_REQUIRES: called before
   // Start(). The default drops messages.
   void SetLog(AgentLog log);
 
-  // REQUIRES: called before Start().
-  void SetReconciler(Reconciler r) { reconciler_ = std::move(r); }
+  // SHMK_REQUIRES: called before Start().
+  void SetReconciler(Reconciler r) SHMK_EXCLUDES(scan_mu_) {
+    MutexLock l(&scan_mu_);
+    reconciler_ = std::move(r);
+  }
   // Where configuration problems found while scanning go (each distinct one
-  // once), e.g. RuntimeRootWarnings. REQUIRES: called before Start().
-  void SetWarningSink(std::function<void(const std::string&)> warn) { warn_ = std::move(warn); }
+  // once), e.g. RuntimeRootWarnings. SHMK_REQUIRES: called before Start().
+  void SetWarningSink(std::function<void(const std::string&)> warn) SHMK_EXCLUDES(scan_mu_) {
+    MutexLock l(&scan_mu_);
+    warn_ = std::move(warn);
+  }
 
   // Starts the observer (fanotify; agent.observer), the scan loop (the first
   // scan, a walk of /proc, runs before Start returns), the event socket
   // receiver (agent.eventSocket) and the inotify watcher. Returns the first
   // error of the event socket (the scans run regardless). Without fanotify
   // the agent scans as before and says so once in the log.
-  Status Start();
+  Status Start() SHMK_EXCLUDES(scan_mu_, cfg_mu_);
   // "fanotify" or "scan": how holders are learnt (valid after Start).
   const char* observer_mode() const { return observer_ ? "fanotify" : "scan"; }
   // The observer's counters (zero in scan mode).
   ObserverCounters observer_counters() const { return observer_ ? observer_->counters() : ObserverCounters{}; }
   // Asks for a scan soon (at most one per second beyond the periodic ones).
-  void Poke();
+  void Poke() { loop_->Poke(); }
   const CreatorBook& creators() const { return *creators_; }
   void Stop();
   // Runs one scan now and publishes it (tests and the CLI's --once).
-  void ScanNow();
+  void ScanNow() SHMK_EXCLUDES(scan_mu_);
 
-  std::shared_ptr<const NodeSnapshot> Snapshot() const;
+  std::shared_ptr<const NodeSnapshot> Snapshot() const { return snapshots_->Current(); }
   bool Ready() const { return Snapshot() != nullptr; }
+  // Scans published since construction (the startup scan, the loop's,
+  // ScanNow's and Reclaim's each count one), for tests that wait for "scan N
+  // completed" instead of wall time. Thread-safe.
+  uint64_t scans_completed() const { return snapshots_->scans_completed(); }
+  // Waits until scans_completed() > `after` or `timeout` passed; returns
+  // whether it did. Blocks only on the publication lock. Thread-safe.
+  bool WaitForScan(uint64_t after, std::chrono::milliseconds timeout) const {
+    return snapshots_->WaitForScan(after, timeout);
+  }
 
   Result<std::vector<PodRecord>> ListPods(const PodFilter& filter) const;
   // `uid`, "namespace/name" (or a plain container's name), or a container id
   // (full or a unique prefix of at least 4 characters).
   Result<PodRecord> FindPod(const std::string& uid, const std::string& name, const std::string& container_id) const;
   std::vector<LeakRecord> ListLeaks(const std::string& ns, const std::string& pod) const;
+  // Reclaims the leaks of `pod` ("" = all) in `ns` ("" = all) whose paths are
+  // in `paths` (empty = all) after a fresh scan (published, with reconcile and
+  // auto-reclaim as every scan). A dry run reads only: it answers from the
+  // snapshot published last (claim and holder checks run now) and publishes,
+  // reconciles, resizes and removes nothing. Nothing is removed once
+  // `deadline` (the client's) has passed: the files not yet removed are kept
+  // with reason "deadline" (kFailedPrecondition when it passed before the
+  // reclaim began). Waits for a running scan to end.
   Result<ReclaimOutcome> Reclaim(bool dry_run, const std::string& ns, const std::string& pod,
-                                 const std::vector<std::string>& paths);
+                                 const std::vector<std::string>& paths, Deadline deadline = Deadline::max())
+      SHMK_EXCLUDES(scan_mu_);
 
   EventHub& events() { return events_; }
   // The running policy: a copy, as Reload may change it. Thread-safe.
-  Config config() const;
+  Config config() const SHMK_EXCLUDES(cfg_mu_);
   // Applies a policy loaded again (SIGHUP): shm.*, leaks.reclaim,
   // agent.scanInterval and log.level take effect at once (the next scan);
   // returns the keys (ConfigToJson paths) that changed but are read only at
   // start (sockets, addresses, roots, leaks.grace, ...): they wait for a
   // restart. Waits for a running scan to end. Thread-safe.
-  std::vector<std::string> Reload(const Config& next);
+  std::vector<std::string> Reload(const Config& next) SHMK_EXCLUDES(scan_mu_, cfg_mu_);
   // The policy file's state as the last load or reload found it, for
   // `shmkeeper status` and shmkeeper_config_valid. Thread-safe.
-  void SetConfigFileState(ConfigFileState state);
-  ConfigFileState config_file_state() const;
-  int64_t reclaimed_total() const { return reclaimed_total_; }
-  int64_t reclaimed_bytes_total() const { return reclaimed_bytes_total_; }
-  AgentCounters counters() const;
+  void SetConfigFileState(ConfigFileState state) SHMK_EXCLUDES(cfg_mu_);
+  ConfigFileState config_file_state() const SHMK_EXCLUDES(cfg_mu_);
+  int64_t reclaimed_total() const { return reclaimer_->reclaimed_total(); }
+  int64_t reclaimed_bytes_total() const { return reclaimer_->reclaimed_bytes_total(); }
+  AgentCounters counters() const SHMK_EXCLUDES(counters_mu_);
   // Counters of the errors survived (names in reporter.h), for /metrics.
   const Reporter& reporter() const { return *reporter_; }
 
  private:
-  void Loop();
-  std::vector<CriSandbox> Reconcile();
-  void WarnOnce(const std::vector<std::string>& warnings);
-  void OnDatagram(pid_t sender, uid_t uid, const std::string& payload);
-  void RejectDatagram(ClaimRejection why, pid_t sender, const std::string& detail);
-  // A scan, published, then auto-reclaim. REQUIRES: scan_mu_ held. `reason`
-  // names a walk for the counters.
-  void ScanLocked(ScanDepth depth, const char* reason);
-  std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
-  void Publish(std::shared_ptr<const NodeSnapshot> next);
-  void AutoReclaim(const NodeSnapshot& snap);
-  void RecordReclaim(const ReclaimOutcome& out);
+  // Every member is initialised from the constructor's arguments alone (the
+  // options made whole by WithDefaults first), never from another member, and
+  // the parts that call back into the agent are built in the constructor's
+  // body in the order written there: no behaviour depends on the order of
+  // these declarations (clang's -Wuninitialized and -Wreorder, on in the
+  // build, refuse a member initialised from one not yet built). Destruction
+  // order is explicit too: ~Agent stops the threads (Stop), then the observer.
+  struct Defaulted {
+    ScanOptions scan;
+  };
+  static Defaulted WithDefaults(ScanOptions scan);
+  Agent(const Config& config, Defaulted scan, Os* os);
 
-  Config config_;  // written by Reload with scan_mu_, loop_mu_ and cfg_mu_ held
-  mutable std::mutex cfg_mu_;
-  ConfigFileState file_state_;  // guarded by cfg_mu_
-  Os* os_;
-  std::shared_ptr<Reporter> reporter_;
-  std::mutex scan_mu_;  // one scan at a time
-  Scanner scanner_;
-  std::vector<std::string> runtime_roots_;
-  std::string agent_id_;  // in quarantine names
-  bool read_only_;        // never reclaims (ScanOptions::read_only)
-  std::shared_ptr<CreatorBook> creators_;
-  Reconciler reconciler_;
-  std::function<void(const std::string&)> warn_;
-  std::set<std::string> reported_;  // reconcile errors and warnings already reported; guarded by scan_mu_
-  mutable std::mutex mu_;
-  std::shared_ptr<const NodeSnapshot> snapshot_;
-  std::map<std::string, int64_t> peak_used_;  // pod uid -> most used bytes seen; guarded by scan_mu_
+  // A scan, published, then auto-reclaim. `reason` names a walk for the counters.
+  void ScanLocked(ScanDepth depth, const char* reason) SHMK_REQUIRES(scan_mu_) SHMK_EXCLUDES(cfg_mu_);
+  // Lists the sandboxes; in agent-only mode sizes them before they are measured.
+  std::vector<CriSandbox> Reconcile(const Config& config) SHMK_REQUIRES(scan_mu_);
+  void WarnOnce(const std::vector<std::string>& warnings) SHMK_REQUIRES(scan_mu_);
+  std::vector<std::string> WatchPaths(const NodeSnapshot& snap) const;
+  // What only the scan side keeps of a (real) reclaim: files whose lease the
+  // kernel refused stay held until a probe succeeds (Scanner::NoteLeaseRefused).
+  void NoteLeaseRefusals(const ReclaimOutcome& out) SHMK_REQUIRES(scan_mu_);
+
+  Os* const os_;
+  const std::shared_ptr<Reporter> reporter_;
+  const std::shared_ptr<CreatorBook> creators_;  // one book, shared by the scanner and the intake
+  const std::vector<std::string> runtime_roots_;
+  const bool read_only_;                                // never reclaims (ScanOptions::read_only)
+  AgentLog log_ = [](LogLevel, const std::string&) {};  // set before Start
+
+  mutable Mutex cfg_mu_;                    // after scan_mu_
+  Config config_ SHMK_GUARDED_BY(cfg_mu_);  // written by Reload with scan_mu_ held too
+  ConfigFileState file_state_ SHMK_GUARDED_BY(cfg_mu_);
+
+  Mutex scan_mu_;  // one scan (or reclaim, or reload) at a time
+  Scanner scanner_ SHMK_GUARDED_BY(scan_mu_);
+  Reconciler reconciler_ SHMK_GUARDED_BY(scan_mu_);
+  std::function<void(const std::string&)> warn_ SHMK_GUARDED_BY(scan_mu_);
+  std::set<std::string> reported_ SHMK_GUARDED_BY(scan_mu_);  // reconcile errors and warnings already reported
+  std::map<std::string, int64_t> peak_used_ SHMK_GUARDED_BY(scan_mu_);  // pod uid -> most used bytes seen
+
+  // Counters of the scan side (the parts count their own).
+  mutable Mutex counters_mu_;
+  std::map<std::string, int64_t> walks_ SHMK_GUARDED_BY(counters_mu_);
+  int64_t restored_from_quarantine_ SHMK_GUARDED_BY(counters_mu_) = 0;
+
+  // The parts, built in the constructor's body.
   EventHub events_;
-  std::atomic<bool> stop_{false};
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool poked_ = false;  // guarded by loop_mu_
-  std::thread loop_;
+  std::unique_ptr<SnapshotStore> snapshots_;
+  std::unique_ptr<Reclaimer> reclaimer_;
+  std::unique_ptr<DatagramIntake> intake_;
+  std::unique_ptr<ScanLoop> loop_;
+  // Built by Start.
   std::unique_ptr<EventReceiver> receiver_;
   std::unique_ptr<ChangeWatcher> watcher_;
   std::unique_ptr<Observer> observer_;  // null in scan mode
-  std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};
-  AgentLog log_ = [](LogLevel, const std::string&) {};
-  mutable std::mutex counters_mu_;
-  AgentCounters counters_;  // guarded by counters_mu_
-  // Rate limit of the log lines about refused datagrams: a window and what
-  // was logged or dropped in it. Guarded by counters_mu_.
-  std::chrono::steady_clock::time_point reject_window_{};
-  int reject_logged_ = 0;
-  int64_t reject_dropped_ = 0;
 };
 
 }  // namespace shmkeeper

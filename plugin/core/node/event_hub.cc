@@ -1,49 +1,123 @@
 #include "node/event_hub.h"
 
+#include <map>
+#include <set>
+
+#include "base/bytes.h"
+
 namespace shmkeeper {
 namespace {
 
 constexpr size_t kMaxQueuedEvents = 1024;
+
+std::string PodName(const PodKey& k) { return k.ns.empty() ? k.name : k.ns + "/" + k.name; }
 
 }  // namespace
 
 std::unique_ptr<EventHub::Subscription> EventHub::Subscribe() {
   auto sub = std::make_unique<Subscription>();
   sub->hub_ = this;
-  std::lock_guard<std::mutex> l(mu_);
-  subs_.push_back(sub.get());
+  MutexLock l(&mu_);
+  queues_[sub.get()];
   return sub;
 }
 
-EventHub::Subscription::~Subscription() {
-  std::lock_guard<std::mutex> l(hub_->mu_);
-  std::erase(hub_->subs_, this);
+void EventHub::Remove(Subscription* sub) {
+  MutexLock l(&mu_);
+  queues_.erase(sub);
 }
 
-std::vector<AgentEvent> EventHub::Subscription::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(hub_->mu_);
-  hub_->cv_.wait_for(l, timeout, [&] { return !queue_.empty(); });
-  std::vector<AgentEvent> out(queue_.begin(), queue_.end());
-  queue_.clear();
+std::vector<AgentEvent> EventHub::Take(Subscription* sub, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock l(&mu_);
+  std::deque<AgentEvent>& queue = queues_[sub];
+  while (queue.empty() && cv_.WaitUntil(&mu_, deadline)) {
+  }
+  std::vector<AgentEvent> out(queue.begin(), queue.end());
+  queue.clear();
   return out;
 }
 
 void EventHub::Publish(const std::vector<AgentEvent>& events) {
   if (events.empty()) return;
-  std::lock_guard<std::mutex> l(mu_);
-  for (Subscription* s : subs_) {
+  MutexLock l(&mu_);
+  for (auto& [sub, queue] : queues_) {
     for (const AgentEvent& e : events) {
-      if (s->queue_.size() >= kMaxQueuedEvents) s->queue_.pop_front();
-      s->queue_.push_back(e);
+      if (queue.size() >= kMaxQueuedEvents) queue.pop_front();
+      queue.push_back(e);
     }
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 const char* EventKindName(EventKind kind) {
   static constexpr const char* kNames[] = {"?",          "pod_started", "pod_stopped",   "resize_applied",
                                            "usage_high", "leak_found",  "leak_reclaimed"};
   return kNames[static_cast<int>(kind)];
+}
+
+AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
+  AgentEvent e;
+  e.time = std::chrono::system_clock::now();
+  e.kind = kind;
+  e.pod = pod;
+  e.message = std::move(msg);
+  return e;
+}
+
+std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapshot& next) {
+  std::vector<AgentEvent> out;
+  std::map<std::string, const PodRecord*> before;
+  if (prev) {
+    for (const PodRecord& p : prev->pods) before[p.key.uid] = &p;
+  }
+  std::set<std::string> seen;
+  for (const PodRecord& p : next.pods) {
+    seen.insert(p.key.uid);
+    auto it = before.find(p.key.uid);
+    const PodRecord* old = it == before.end() ? nullptr : it->second;
+    if (!old && prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
+    if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
+      AgentEvent e =
+          MakeEvent(EventKind::kResizeApplied, p.key,
+                    "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
+      e.bytes = p.size_bytes;
+      out.push_back(e);
+    }
+    for (int pct : {80, 95}) {
+      auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
+      if (over(p) && !(old && over(*old))) {  // crossing it, or over it at first sight
+        AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
+                                 "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
+                                     FormatSize(p.size_bytes) + ")");
+        e.bytes = p.used_bytes;
+        e.threshold_percent = pct;
+        out.push_back(e);
+      }
+    }
+  }
+  for (const auto& [uid, p] : before) {
+    if (!seen.count(uid)) out.push_back(MakeEvent(EventKind::kPodStopped, p->key, PodName(p->key) + " stopped"));
+  }
+  std::set<std::pair<std::string, int32_t>> known;
+  if (prev) {
+    for (const LeakRecord& l : prev->leaks) {
+      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
+    }
+  }
+  for (const LeakRecord& l : next.leaks) {
+    // Only a leaked verdict is news: unheld segments (scratch files, a
+    // creator still running) are listed by ListLeaks, not announced.
+    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
+    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
+                             std::string(LeakStateName(l.state)) + " segment " +
+                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
+                                 FormatSize(l.bytes) + ")");
+    e.bytes = l.bytes;
+    e.path = l.path;
+    out.push_back(e);
+  }
+  return out;
 }
 
 }  // namespace shmkeeper

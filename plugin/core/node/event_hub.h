@@ -5,13 +5,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "node/node_scan.h"
 
 namespace shmkeeper {
@@ -34,23 +34,34 @@ class EventHub {
   class Subscription {
    public:
     // Waits up to `timeout` for events; returns what is queued (maybe none).
-    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout);
-    ~Subscription();
+    std::vector<AgentEvent> Next(std::chrono::milliseconds timeout) { return hub_->Take(this, timeout); }
+    ~Subscription() { hub_->Remove(this); }
 
    private:
     friend class EventHub;
     EventHub* hub_ = nullptr;
-    std::deque<AgentEvent> queue_;
   };
-  std::unique_ptr<Subscription> Subscribe();
-  void Publish(const std::vector<AgentEvent>& events);
+  std::unique_ptr<Subscription> Subscribe() SHMK_EXCLUDES(mu_);
+  void Publish(const std::vector<AgentEvent>& events) SHMK_EXCLUDES(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Subscription*> subs_;
+  std::vector<AgentEvent> Take(Subscription* sub, std::chrono::milliseconds timeout) SHMK_EXCLUDES(mu_);
+  void Remove(Subscription* sub) SHMK_EXCLUDES(mu_);
+
+  Mutex mu_;
+  CondVar cv_;
+  std::map<Subscription*, std::deque<AgentEvent>> queues_ SHMK_GUARDED_BY(mu_);  // one per subscriber
 };
 
 const char* EventKindName(EventKind kind);
+
+// An event of `kind` about `pod`, stamped now.
+AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg);
+
+// The events between two published snapshots (`prev` null: the first scan,
+// which announces no pod as started): pods started and stopped, /dev/shm
+// resized, usage crossing 80% and 95% (or over it at first sight), and leaked
+// verdicts not leaked before. Unheld segments are not announced. Pure.
+std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapshot& next);
 
 }  // namespace shmkeeper

@@ -41,13 +41,13 @@ Status Fanotify::Mark(int dir_fd, dev_t dev) {
   if (::fanotify_mark(fd_.get(), FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kMask, dir_fd, nullptr) != 0) {
     return Status::FromErrno(errno, "fanotify_mark(FAN_MARK_FILESYSTEM)");
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   fsids_[fsid] = dev;
   return Status::Ok();
 }
 
 void Fanotify::Forget(dev_t dev) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::erase_if(fsids_, [dev](const auto& kv) { return kv.second == dev; });
 }
 
@@ -57,7 +57,7 @@ bool Fanotify::Read(const std::function<void(const FanEvent&)>& fn) {
     ssize_t n = ::read(fd_.get(), buf, sizeof buf);
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     if (n == 0) return true;
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     // Records are only 4-byte aligned (FID info records are padded to 4), so
     // every structure is copied out of the buffer, never accessed in place.
     size_t total = static_cast<size_t>(n);

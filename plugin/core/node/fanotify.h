@@ -28,9 +28,9 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "base/fileutil.h"
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace shmkeeper {
@@ -63,8 +63,8 @@ class Fanotify {
 
  private:
   UniqueFd fd_;
-  std::mutex mu_;
-  std::map<uint64_t, dev_t> fsids_;  // fsid -> dev of each marked filesystem
+  Mutex mu_;
+  std::map<uint64_t, dev_t> fsids_ SHMK_GUARDED_BY(mu_);  // fsid -> dev of each marked filesystem
 };
 
 }  // namespace shmkeeper

@@ -77,8 +77,9 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
        "periodic scan.");
   o << "shmkeeper_watcher_errors_total " << rep.Count(kWatcherErrors) << "\n";
   help("shmkeeper_reclaim_kept_total", "counter",
-       "Reclaim candidates kept because the protocol found a holder, a change or an error, by reason.");
-  for (const char* r : {"held", "opened", "changed", "linked", "error"}) {
+       "Reclaim candidates kept because the protocol found a holder, a change or an error, or the caller's "
+       "deadline passed before their removal, by reason.");
+  for (const char* r : {"held", "opened", "changed", "linked", "error", "deadline"}) {
     o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
   }
   help("shmkeeper_reclaim_pinned_total", "counter",

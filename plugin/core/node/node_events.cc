@@ -155,7 +155,7 @@ Status ChangeWatcher::Start() {
 
 void ChangeWatcher::SetPaths(const std::vector<std::string>& paths, const std::vector<std::string>& roots) {
   if (!inotify_.valid()) return;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   want_ = paths;
   roots_ = roots;
   Sync();
@@ -221,7 +221,7 @@ void ChangeWatcher::Run() {
     while (::read(inotify_.get(), buf, sizeof buf) > 0) any = true;  // drain: one wake per burst
     if (!any) continue;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       Sync();  // a root that appeared, a new container directory: watched before the scan runs
     }
     on_change_();

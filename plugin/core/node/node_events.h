@@ -9,13 +9,13 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/fileutil.h"
+#include "base/mutex.h"
 #include "base/status.h"
 #include "node/reporter.h"
 #include "node/sender_limiter.h"
@@ -71,14 +71,14 @@ class ChangeWatcher {
 
  private:
   void Run();
-  void Sync();  // REQUIRES: mu_ held. Makes the watches match want_/roots_.
+  void Sync() SHMK_REQUIRES(mu_);  // Makes the watches match want_/roots_.
   std::function<void()> on_change_;
   Reporter* reporter_;
   UniqueFd inotify_, stop_;
-  std::mutex mu_;
-  std::vector<std::string> want_, roots_;
-  std::map<std::string, int> watches_;  // path -> wd
-  std::set<std::string> failed_;        // paths whose watch failed, already reported
+  Mutex mu_;
+  std::vector<std::string> want_ SHMK_GUARDED_BY(mu_), roots_ SHMK_GUARDED_BY(mu_);
+  std::map<std::string, int> watches_ SHMK_GUARDED_BY(mu_);  // path -> wd
+  std::set<std::string> failed_ SHMK_GUARDED_BY(mu_);        // paths whose watch failed, already reported
   std::thread thread_;
 };
 

@@ -45,12 +45,12 @@ Status Observer::Start() {
 bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now) {
   if (marked_now) *marked_now = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (watched_.count(dev)) return true;
     if (failed_.count(dev)) return false;
   }
   Status s = fan_ ? fan_->Mark(dir_fd, dev) : Status::Precondition("observer not started");
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (s.ok()) {
     watched_.insert(dev);
     layout_[dev]++;  // a new mark: nothing measured before it counts
@@ -66,7 +66,7 @@ bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now) {
 }
 
 void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Inode& in = inodes_[key];
   for (pid_t pid : pids) {
     if (pid <= 0 || std::find(in.pids.begin(), in.pids.end(), pid) != in.pids.end()) continue;
@@ -76,21 +76,21 @@ void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
 }
 
 std::optional<uint64_t> Observer::Layout(dev_t dev) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!watched_.count(dev)) return std::nullopt;
   auto it = layout_.find(dev);
   return it == layout_.end() ? 0 : it->second;
 }
 
 bool Observer::Watching(dev_t dev) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return watched_.count(dev) > 0;
 }
 
 void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live) {
   std::vector<dev_t> gone;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (dev_t d : watched_) {
       if (!devs.count(d)) gone.push_back(d);
     }
@@ -123,7 +123,7 @@ Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
 
 Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     counters_.probes++;
   }
   Result<ProbeVerdict> v = ProbeLease(dir_fd, name, key);
@@ -133,7 +133,7 @@ Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey&
 
 Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey& key) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     Inode& in = inodes_[key];
     std::optional<Clock::time_point> floor = FloorLocked(key.dev);
     bool stale = in.dirty || !in.probed || (floor && in.probed_at <= *floor);
@@ -146,7 +146,7 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
     reporter_->Report(kObserverProbeErrors,
                       "lease probe of " + name + " failed (kept as held): " + held.status().message());
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Inode& in = inodes_[key];
   in.probed = true;
   in.held = !held.ok() || *held;
@@ -159,7 +159,7 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
 Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey& key, bool walk_held) {
   std::optional<bool> settled;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = inodes_.find(key);
     std::optional<Clock::time_point> floor = FloorLocked(key.dev);
     if (it != inodes_.end() && it->second.probed && !it->second.dirty && !(floor && it->second.probed_at <= *floor)) {
@@ -174,7 +174,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
     Drain();
     bool again_dirty = false;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       again_dirty = inodes_[key].dirty;
     }
     if (!again_dirty) {
@@ -192,7 +192,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
 }
 
 ObserverCounters Observer::counters() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return counters_;
 }
 
@@ -232,16 +232,16 @@ void Observer::Drain() {
   {
     // One drain at a time: a caller's drain returns only after every event
     // read so far (by either thread) has been applied.
-    std::lock_guard<std::mutex> one(drain_mu_);
+    MutexLock one(&drain_mu_);
     auto now = Clock::now();
     bool ok = fan_->Read([&](const FanEvent& e) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       counters_.events++;
       OnEvent(e, now, &changed);
       overflow = overflow || e.overflow;
     });
     if (!ok) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       floor_ = now;  // treat a broken read as lost events
       for (auto& [_, n] : layout_) n++;
       overflow = true;

@@ -34,7 +34,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -42,6 +41,7 @@
 #include <vector>
 
 #include "base/fileutil.h"
+#include "base/mutex.h"
 #include "base/status.h"
 #include "node/fanotify.h"
 #include "node/reporter.h"
@@ -136,11 +136,11 @@ class Observer {
     std::vector<pid_t> pids;
   };
   void Run();
-  void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed);
+  void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) SHMK_REQUIRES(mu_);
   // The floor below which cached verdicts and activity times are stale for
   // files on `dev`. REQUIRES: mu_ held.
-  std::optional<Clock::time_point> FloorLocked(dev_t dev) const;
-  Use UseLocked(const Inode& in, dev_t dev) const;
+  std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
+  Use UseLocked(const Inode& in, dev_t dev) const SHMK_REQUIRES(mu_);
   Result<bool> Probe(int dir_fd, const std::string& name, const FileKey& key);
 
   std::function<void()> on_change_, on_overflow_;
@@ -150,14 +150,14 @@ class Observer {
   UniqueFd stop_;
   std::thread thread_;
   pid_t self_ = 0;
-  std::mutex drain_mu_;  // serialises Drain (before mu_)
-  mutable std::mutex mu_;
-  std::map<FileKey, Inode> inodes_;               // guarded by mu_
-  std::set<dev_t> watched_, failed_;              // guarded by mu_
-  std::map<dev_t, Clock::time_point> dev_floor_;  // undecodable events per device; guarded by mu_
-  std::map<dev_t, uint64_t> layout_;              // see Layout; guarded by mu_
-  std::optional<Clock::time_point> floor_;        // the last overflow; guarded by mu_
-  ObserverCounters counters_;                     // guarded by mu_
+  Mutex drain_mu_ SHMK_ACQUIRED_BEFORE(mu_);  // serialises Drain
+  mutable Mutex mu_;
+  std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
+  std::set<dev_t> watched_ SHMK_GUARDED_BY(mu_), failed_ SHMK_GUARDED_BY(mu_);
+  std::map<dev_t, Clock::time_point> dev_floor_ SHMK_GUARDED_BY(mu_);  // undecodable events per device
+  std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
+  std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow
+  ObserverCounters counters_ SHMK_GUARDED_BY(mu_);
   std::atomic<bool> overflow_pending_{false};
 };
 

@@ -199,11 +199,16 @@ void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
   out->skipped.push_back({c->leak, why.reason, why.message, why.lease_refused});
 }
 
+// The caller stopped waiting: nothing more is removed.
+bool Expired(Deadline deadline) { return std::chrono::steady_clock::now() >= deadline; }
+Skip DeadlineSkip() { return Skip{"deadline", "the caller's deadline passed before its removal"}; }
+
 void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, const std::string& agent_id,
-                  ReclaimOutcome* out) {
+                  Deadline deadline, ReclaimOutcome* out) {
   std::vector<Claim*> live;
   for (Claim& c : batch) {
     std::optional<Skip> skip = Lease(&c, proc);
+    if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
     if (!skip && !dry_run) skip = Quarantine(&c, agent_id);
     if (skip) {
       Keep(&c, *skip, out);
@@ -222,6 +227,7 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
   std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc, own);
   for (Claim* c : live) {
     std::optional<Skip> skip = FinalCheck(*c, holders);
+    if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
     if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
       skip = Skip{"error", Status::FromErrno(errno, "unlink " + c->leak.path).message()};
     }
@@ -257,13 +263,13 @@ Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
 }  // namespace
 
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc,
-                            const std::string& agent_id) {
+                            const std::string& agent_id, Deadline deadline) {
   IgnoreLeaseSignal();
   ReclaimOutcome out;
   const size_t batch_size = BatchSize();
   std::vector<Claim> batch;
   auto flush = [&] {
-    ReclaimBatch(batch, dry_run, proc, agent_id, &out);
+    ReclaimBatch(batch, dry_run, proc, agent_id, deadline, &out);
     batch.clear();  // closes the fds: the leases go with them
   };
   for (const LeakRecord& l : candidates) {
@@ -274,6 +280,10 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
       continue;
     }
     if (l.sysv_id >= 0) {
+      if (!dry_run && Expired(deadline)) {
+        out.skipped.push_back({l, DeadlineSkip().reason, DeadlineSkip().message});
+        continue;
+      }
       Status s = ReclaimSysv(l, dry_run, proc);
       if (!s.ok()) {
         out.skipped.push_back({l, s.code() == Code::kFailedPrecondition ? "held" : "error", s.message()});

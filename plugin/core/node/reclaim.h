@@ -27,6 +27,7 @@
 // serialises both under its scan lock.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -61,10 +62,16 @@ struct ReclaimOutcome {
 // descriptor in flight over SCM_RIGHTS) still references it, so its memory
 // was not freed.
 
+// When the caller stops waiting (a gRPC client's deadline); max(): never.
+using Deadline = std::chrono::steady_clock::time_point;
+
 // Reclaims `candidates` (from the latest snapshot). With dry_run nothing is
 // renamed or removed, but the claim (lease) and holder checks run.
-// `agent_id` goes into the quarantine names (quarantine.h).
+// `agent_id` goes into the quarantine names (quarantine.h). Once `deadline`
+// has passed nothing more is quarantined or removed: each file not yet
+// removed is renamed back and kept with reason "deadline" (checked before each
+// quarantine and right before each removal).
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc = "/proc",
-                            const std::string& agent_id = "");
+                            const std::string& agent_id = "", Deadline deadline = Deadline::max());
 
 }  // namespace shmkeeper

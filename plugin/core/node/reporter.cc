@@ -6,7 +6,7 @@ void Reporter::Report(const std::string& counter, const std::string& message) {
   constexpr auto kWindow = std::chrono::minutes(1);
   std::string line;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     counts_[counter]++;
     Window& w = windows_[counter];
     auto now = std::chrono::steady_clock::now();
@@ -24,7 +24,7 @@ void Reporter::Report(const std::string& counter, const std::string& message) {
 }
 
 int64_t Reporter::Count(const std::string& counter) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = counts_.find(counter);
   return it == counts_.end() ? 0 : it->second;
 }

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "decide/config.h"
 
 namespace shmkeeper {
@@ -45,9 +45,9 @@ class Reporter {
     int64_t dropped = 0;
   };
   Log log_ = [](LogLevel, const std::string&) {};
-  mutable std::mutex mu_;
-  std::map<std::string, int64_t> counts_;  // guarded by mu_
-  std::map<std::string, Window> windows_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, int64_t> counts_ SHMK_GUARDED_BY(mu_);
+  std::map<std::string, Window> windows_ SHMK_GUARDED_BY(mu_);
 };
 
 }  // namespace shmkeeper

@@ -1,0 +1,87 @@
+#include "node/scan_loop.h"
+
+#include <algorithm>
+
+namespace shmkeeper {
+
+ScanLoop::ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan)
+    : audit_interval_(audit_interval), scan_(std::move(scan)), interval_(interval) {}
+
+void ScanLoop::Start(Observer* observer) {
+  observer_ = observer;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ScanLoop::Poke() {
+  {
+    MutexLock l(&mu_);
+    poked_ = true;
+  }
+  cv_.SignalAll();
+}
+
+void ScanLoop::SetInterval(std::chrono::milliseconds interval) {
+  {
+    MutexLock l(&mu_);
+    interval_ = interval;
+  }
+  cv_.SignalAll();
+}
+
+void ScanLoop::Stop() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.SignalAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ScanLoop::Run() {
+  using Steady = std::chrono::steady_clock;
+  mu_.Lock();
+  auto last = Steady::now();
+  auto next_audit = last + audit_interval_;
+  auto last_overflow_walk = Steady::time_point{};
+  while (!stop_) {
+    auto wait = std::chrono::duration_cast<Steady::duration>(interval_);
+    if (observer_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - Steady::now()));
+    // Until poked, stopped or the wait is over (a wakeup for anything else waits on).
+    for (auto until = Steady::now() + wait; !stop_ && !poked_;) {
+      if (!cv_.WaitUntil(&mu_, until)) break;
+    }
+    if (stop_) break;
+    if (poked_) {
+      while (!stop_ && cv_.WaitUntil(&mu_, last + kMinGap)) {
+      }
+    }
+    if (stop_) break;
+    poked_ = false;
+    // With the observer, /proc is walked only after lost events and for the
+    // slow audit; every other scan asks the observer.
+    ScanDepth depth = ScanDepth::kWalk;
+    const char* reason = "scan";
+    if (observer_) {
+      depth = ScanDepth::kObserve;
+      // Lost events make every cached verdict stale, so scans re-probe every
+      // file until then; the walk (pids, O_PATH holders) runs at most once
+      // per kOverflowWalkGap.
+      if (Steady::now() - last_overflow_walk >= kOverflowWalkGap && observer_->TakeOverflow()) {
+        last_overflow_walk = Steady::now();
+        depth = ScanDepth::kWalk;
+        reason = "overflow";
+      } else if (Steady::now() >= next_audit) {
+        depth = ScanDepth::kWalk;
+        reason = "audit";
+      }
+      if (depth == ScanDepth::kWalk) next_audit = Steady::now() + audit_interval_;
+    }
+    mu_.Unlock();
+    scan_(depth, reason);
+    last = Steady::now();
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+}  // namespace shmkeeper

@@ -1,0 +1,62 @@
+// The agent's scan loop: one thread that asks for a scan every
+// agent.scanInterval and soon after a Poke (at most one a second beyond the
+// periodic ones). With the observer it also picks how deep: a walk of /proc
+// after the observer lost events (at most one per kOverflowWalkGap, so that a
+// flood of opens cannot buy a walk a second) and for the audit every
+// agent.auditInterval; an observer scan otherwise. Without it every scan walks.
+//
+// Ownership: owns its thread; borrows the observer (null in scan mode), which
+// must outlive Stop(). The scan callback is the agent's.
+// Thread-safety: Poke and SetInterval may be called from any thread (the
+// observer's, the watcher's, the event receiver's, a reload); Start and Stop
+// from the owner's. The callback runs on the loop's thread without the loop's
+// mutex held, so Poke never waits for a scan; Stop waits for a running scan
+// to end.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "base/mutex.h"
+#include "node/node_scan.h"
+#include "node/observer.h"
+
+namespace shmkeeper {
+
+class ScanLoop {
+ public:
+  // `reason` names the scan for the walk counters: scan, overflow, audit.
+  using ScanFn = std::function<void(ScanDepth depth, const char* reason)>;
+  static constexpr auto kMinGap = std::chrono::seconds(1);
+  static constexpr auto kOverflowWalkGap = std::chrono::seconds(10);
+
+  ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan);
+  ~ScanLoop() { Stop(); }
+  ScanLoop(const ScanLoop&) = delete;
+  ScanLoop& operator=(const ScanLoop&) = delete;
+
+  // Starts the thread; its first scan comes after the first interval or poke.
+  void Start(Observer* observer);
+  // Asks for a scan soon.
+  void Poke() SHMK_EXCLUDES(mu_);
+  // The periodic interval from the next wait on (a reload of agent.scanInterval).
+  void SetInterval(std::chrono::milliseconds interval) SHMK_EXCLUDES(mu_);
+  // Ends the thread (idempotent).
+  void Stop() SHMK_EXCLUDES(mu_);
+
+ private:
+  void Run() SHMK_EXCLUDES(mu_);
+
+  const std::chrono::milliseconds audit_interval_;
+  const ScanFn scan_;
+  Observer* observer_ = nullptr;  // set by Start before the thread runs
+  Mutex mu_;
+  CondVar cv_;
+  std::chrono::milliseconds interval_ SHMK_GUARDED_BY(mu_);
+  bool poked_ SHMK_GUARDED_BY(mu_) = false;
+  bool stop_ SHMK_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace shmkeeper

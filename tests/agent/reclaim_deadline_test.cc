@@ -1,0 +1,156 @@
+// ReclaimLeaks over real gRPC against a real in-process agent: a dry run reads
+// only (publishes no scan), and a reclaim whose client gave up (its deadline
+// passed) removes nothing more.
+#include <dirent.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "server.h"
+#include "shmkeeper/v1/agent.grpc.pb.h"
+
+namespace shmkeeper::agent {
+namespace {
+
+class ReclaimRpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shmk-reclaim-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    shm_ = dir_ + "/shm";
+    ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
+    config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
+    config_.leaks.grace = std::chrono::seconds(0);
+    config_.agent.event_socket = "";
+    config_.agent.observe = false;  // no fanotify: scans come from ScanNow, the reclaim and inotify alone
+    ScanOptions scan;
+    scan.runtime_roots = {dir_ + "/no-runtime"};
+    scan.docker_socket = "";
+    scan.host_shm_dirs = {shm_};
+    scan.grace = config_.leaks.grace;
+    agent_ = std::make_unique<Agent>(config_, scan);
+    ASSERT_TRUE(agent_->Start().ok());
+    ServerOptions opts;
+    opts.unix_socket = dir_ + "/agent.sock";
+    opts.metrics_address = "";
+    server_ = std::make_unique<AgentServer>(agent_.get(), opts);
+    ASSERT_TRUE(server_->Start().ok());
+    stub_ =
+        v1::ShmKeeper::NewStub(grpc::CreateChannel("unix://" + opts.unix_socket, grpc::InsecureChannelCredentials()));
+    pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    ::waitpid(pid, nullptr, 0);
+    dead_ = pid;
+  }
+
+  void TearDown() override {
+    server_.reset();
+    agent_.reset();
+    (void)std::system(("rm -rf " + dir_).c_str());
+  }
+
+  // `n` leaked files: named by a creator pid that is dead.
+  void Leak(int n, const std::string& tag) {
+    for (int i = 0; i < n; i++) {
+      std::ofstream f(shm_ + "/torch_" + std::to_string(dead_) + "_" + tag + std::to_string(i));
+      f << "x";
+    }
+  }
+
+  // Scans until the agent calls all `n` files leaked (the verdict may take a
+  // scan or two to settle for every file).
+  void ScanUntilLeaked(int n) {
+    for (int i = 0; i < 50; i++) {
+      agent_->ScanNow();
+      int leaked = 0;
+      for (const LeakRecord& l : agent_->ListLeaks("", "")) leaked += l.state == LeakState::kLeaked;
+      if (leaked == n) return;
+    }
+    FAIL() << "never saw " << n << " leaked files";
+  }
+
+  int Files() {
+    int n = 0;
+    DIR* d = ::opendir(shm_.c_str());
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    return n;
+  }
+
+  grpc::Status Reclaim(bool dry_run, std::chrono::milliseconds timeout, v1::ReclaimLeaksResponse* resp) {
+    grpc::ClientContext ctx;
+    if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    v1::ReclaimLeaksRequest req;
+    req.set_dry_run(dry_run);
+    return stub_->ReclaimLeaks(&ctx, req, resp);
+  }
+
+  std::string dir_, shm_;
+  pid_t dead_ = 0;
+  Config config_;
+  std::unique_ptr<Agent> agent_;
+  std::unique_ptr<AgentServer> server_;
+  std::unique_ptr<v1::ShmKeeper::Stub> stub_;
+};
+
+// A dry run answers from the published snapshot: it runs no scan (so no
+// reconcile, resize or auto-reclaim) and publishes nothing. Control: a real
+// reclaim scans first and publishes that scan.
+TEST_F(ReclaimRpcTest, ADryRunReadsOnly) {
+  Leak(3, "a");
+  ScanUntilLeaked(3);
+  // Writing the files pokes the agent (inotify, fanotify): let that scan pass.
+  for (int i = 0; i < 10 && agent_->WaitForScan(agent_->scans_completed(), std::chrono::milliseconds(1500)); i++) {
+  }
+  uint64_t scans = agent_->scans_completed();
+  v1::ReclaimLeaksResponse dry;
+  ASSERT_TRUE(Reclaim(true, {}, &dry).ok());
+  EXPECT_EQ(dry.reclaimed_size(), 3);
+  EXPECT_EQ(agent_->scans_completed(), scans);  // no scan ran, nothing was published
+  EXPECT_EQ(Files(), 3);
+  v1::ReclaimLeaksResponse real;
+  ASSERT_TRUE(Reclaim(false, {}, &real).ok());
+  EXPECT_EQ(real.reclaimed_size(), 3);
+  EXPECT_GT(agent_->scans_completed(), scans);  // the control: a reclaim scans and publishes first
+  EXPECT_EQ(Files(), 0);
+}
+
+// The client's deadline passes while the agent scans and claims a large
+// reclaim: the client sees DEADLINE_EXCEEDED, and once the agent is done no
+// file was removed after that. Controls: the same files are all removed
+// without a deadline (they are reclaimable, and the reclaim is slow enough),
+// and the agent counted files kept for the deadline (the server-side check
+// ran: it was the agent that stopped, not a handler that never started).
+TEST_F(ReclaimRpcTest, NoRemovalAfterTheClientsDeadline) {
+  constexpr int kFiles = 2000;
+  Leak(kFiles, "c");
+  ScanUntilLeaked(kFiles);
+  auto start = std::chrono::steady_clock::now();
+  v1::ReclaimLeaksResponse control;
+  ASSERT_TRUE(Reclaim(false, {}, &control).ok());
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(control.reclaimed_size(), kFiles);
+  ASSERT_EQ(Files(), 0);
+  auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>(took / 10);
+  ASSERT_GE(deadline.count(), 5) << "the reclaim is too fast to be cut short";
+
+  Leak(kFiles, "d");
+  ScanUntilLeaked(kFiles);
+  v1::ReclaimLeaksResponse cut;
+  grpc::Status s = Reclaim(false, deadline, &cut);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  int left_when_told = Files();
+  agent_->ScanNow();  // waits for the reclaim to end (one scan lock)
+  EXPECT_EQ(Files(), left_when_told) << "files were removed after the client saw DEADLINE_EXCEEDED";
+  EXPECT_GT(left_when_told, 0);
+  EXPECT_GT(agent_->counters().reclaim_kept["deadline"], 0);
+}
+
+}  // namespace
+}  // namespace shmkeeper::agent
