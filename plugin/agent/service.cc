@@ -72,11 +72,7 @@ grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext*, const v1::Recl
   if (!out.ok()) return ToGrpc(out.status());
   resp->set_dry_run(dry_run);
   for (const LeakRecord& l : out->reclaimed) ToProto(l, resp->add_reclaimed());
-  for (const SkippedLeak& k : out->skipped) {
-    v1::SkippedLeak* s = resp->add_skipped();
-    ToProto(k.leak, s->mutable_leak());
-    s->set_reason(EscapeInvalidUtf8(k.reason + ": " + k.message));
-  }
+  for (const SkippedLeak& k : out->skipped) ToProto(k, resp->add_skipped());
   resp->set_freed_bytes(out->freed_bytes);
   return grpc::Status::OK;
 }

@@ -139,7 +139,8 @@ TEST_P(AgentProperty, NeverRemovesHeldAndFindsEveryLeak) {
   std::set<std::string> removed;
   for (const LeakRecord& l : out->reclaimed) removed.insert(l.path);
   for (const SkippedLeak& k : out->skipped) {
-    EXPECT_FALSE(leaked.count(k.leak.path)) << k.leak.path << " kept: " << k.reason << ": " << k.message;
+    EXPECT_FALSE(leaked.count(k.leak.path))
+        << k.leak.path << " kept: " << SkipReasonName(k.reason) << ": " << k.message;
   }
   EXPECT_EQ(removed, leaked);
   for (const std::string& h : held) EXPECT_EQ(::access(h.c_str(), F_OK), 0) << "held segment removed: " << h;

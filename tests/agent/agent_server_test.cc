@@ -240,6 +240,14 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   }
   EXPECT_EQ(real.reclaimed_size(), 1);
   EXPECT_EQ(real.freed_bytes(), 1 << 20);
+  // The two unheld ones are kept for their verdict: the reason as an enum, its
+  // message, and the old "<word>: <message>" text still filled.
+  ASSERT_EQ(real.skipped_size(), 2);
+  for (const v1::SkippedLeak& k : real.skipped()) {
+    EXPECT_EQ(k.kind(), v1::SKIP_REASON_VERDICT) << k.leak().path();
+    EXPECT_EQ(k.message(), "unheld, but nothing shows it was leaked");
+    EXPECT_EQ(k.reason(), "verdict: " + k.message());
+  }
   EXPECT_NE(::access((shm_ + "/torch_" + std::to_string(dead) + "_0").c_str(), F_OK), 0);
   for (const char* stays : {"plain", "_held"}) {
     std::string name = std::string(stays) == "plain" ? "plain" : "torch_" + std::to_string(dead) + "_held";

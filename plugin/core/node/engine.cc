@@ -391,19 +391,20 @@ void Agent::RecordReclaim(const ReclaimOutcome& out) {
   {
     std::lock_guard<std::mutex> lock(counters_mu_);
     for (const SkippedLeak& k : out.skipped) {
-      if (k.reason == "verdict") continue;  // not a candidate: nothing was refused
-      if (k.reason == "pinned") {           // removed, but not freed
+      if (k.reason == SkipReason::kVerdict) continue;  // not a candidate: nothing was refused
+      if (k.reason == SkipReason::kPinned) {           // removed, but not freed
         counters_.reclaim_pinned++;
         continue;
       }
       counters_.reclaim_kept[k.reason]++;
-      if (k.reason == "error") counters_.reclaim_errors++;
+      if (k.reason == SkipReason::kError) counters_.reclaim_errors++;
     }
     counters_.reclaim_raced += out.raced;
   }
   for (const SkippedLeak& k : out.skipped) {
-    if (k.reason == "error" || k.reason == "pinned") {
-      log_(LogLevel::kError, "reclaim of " + Where(k.leak) + (k.reason == "error" ? " failed: " : ": ") + k.message);
+    if (k.reason == SkipReason::kError || k.reason == SkipReason::kPinned) {
+      log_(LogLevel::kError,
+           "reclaim of " + Where(k.leak) + (k.reason == SkipReason::kError ? " failed: " : ": ") + k.message);
     }
     if (k.lease_refused && k.leak.sysv_id < 0) scanner_.NoteLeaseRefused(k.leak.key);
   }
