@@ -15,6 +15,7 @@
 #include <set>
 
 #include "node/engine.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -71,9 +72,9 @@ class AgentProperty : public ::testing::TestWithParam<unsigned> {};
 
 TEST_P(AgentProperty, NeverRemovesHeldAndFindsEveryLeak) {
   std::mt19937 rng(GetParam());
-  char tmpl[] = "/tmp/shmk-prop-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
+  test::TempDir tmp("/tmp/shmk-prop-");
+  ASSERT_TRUE(tmp.ok());
+  const std::string& dir = tmp.path();
 
   std::vector<Child> creators;
   for (int i = 0; i < kCreators; ++i) creators.push_back(SpawnSleeper());
@@ -155,7 +156,6 @@ TEST_P(AgentProperty, NeverRemovesHeldAndFindsEveryLeak) {
   for (Child& h : holders) {
     if (h.alive) Kill(&h);
   }
-  (void)std::system(("rm -rf " + dir).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, AgentProperty, ::testing::Values(1u, 2u, 3u, 4u, 5u));
