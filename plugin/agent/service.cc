@@ -90,6 +90,10 @@ grpc::Status ShmKeeperService::Watch(grpc::ServerContext* ctx, const v1::WatchRe
     ~Release() { n->fetch_sub(1); }
   } release{&watch_streams_};
   std::unique_ptr<EventHub::Subscription> sub = agent_->events().Subscribe();
+  // The stream's headers go out once the subscription exists: a client that
+  // waits for them (ClientReader::WaitForInitialMetadata) misses no event
+  // after that, whether or not one follows soon.
+  writer->SendInitialMetadata();
   while (!ctx->IsCancelled()) {
     for (const AgentEvent& e : sub->Next(std::chrono::milliseconds(500))) {
       if (!req->namespace_().empty() && e.pod.ns != req->namespace_()) continue;

@@ -23,6 +23,7 @@
 #include "node/metrics.h"
 #include "server.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper::agent {
 namespace {
@@ -30,9 +31,8 @@ namespace {
 class AgentServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shmk-agent-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     shm_ = dir_ + "/shm";
     ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
     config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
@@ -61,7 +61,6 @@ class AgentServerTest : public ::testing::Test {
     }
     server_.reset();
     agent_.reset();
-    (void)std::system(("rm -rf " + dir_).c_str());
   }
 
   void Write(const std::string& name, size_t bytes) {
@@ -101,6 +100,7 @@ class AgentServerTest : public ::testing::Test {
     return stub_->ListPods(&ctx, req, resp);
   }
 
+  test::TempDir tmp_{"/tmp/shmk-agent-"};
   std::string dir_, shm_;
   Config config_;
   std::unique_ptr<Agent> agent_;
@@ -255,10 +255,14 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   }
 }
 
+// A Watch stream's initial metadata says "subscribed" (service.cc): every
+// event after it arrives. The deadline turns a missed event into a failure
+// in seconds, not a hang until ctest's timeout.
 TEST_F(AgentServerTest, WatchStreamsEvents) {
   grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   std::unique_ptr<grpc::ClientReader<v1::Event>> reader = stub_->Watch(&ctx, {});
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // subscribed
+  reader->WaitForInitialMetadata();  // subscribed
   Write("torch_" + std::to_string(DeadPid()) + "_0", 4096);
   agent_->ScanNow();
   v1::Event e;
@@ -297,8 +301,8 @@ TEST_F(AgentServerTest, WatchStreamsOverTheCapGetResourceExhausted) {
     ctxs.push_back(std::make_unique<grpc::ClientContext>());
     ctxs.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));  // never hang
     readers.push_back(stub->Watch(ctxs.back().get(), {}));
+    readers.back()->WaitForInitialMetadata();  // admitted and subscribed
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all N subscribed
   grpc::ClientContext over_ctx;
   over_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   auto over = stub->Watch(&over_ctx, {});
@@ -318,13 +322,19 @@ TEST_F(AgentServerTest, WatchStreamsOverTheCapGetResourceExhausted) {
   // A cancelled stream frees its slot.
   ctxs[0]->TryCancel();
   (void)readers[0]->Finish();
+  // The server notices the cancel within one EventHub wait (500 ms): ask
+  // again until a stream is admitted (its headers come) or 10 s passed.
   bool admitted = false;
-  for (int i = 0; i < 50 && !admitted; ++i) {
+  auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  while (!admitted && std::chrono::system_clock::now() < deadline) {
     grpc::ClientContext again_ctx;
+    again_ctx.set_deadline(deadline);
     auto again = stub->Watch(&again_ctx, {});
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again->WaitForInitialMetadata();  // admitted: headers; refused: the status ends the call
     again_ctx.TryCancel();
-    admitted = again->Finish().error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+    grpc::Status st = again->Finish();
+    ASSERT_NE(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    admitted = st.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   EXPECT_TRUE(admitted);
   for (size_t i = 1; i < ctxs.size(); ++i) ctxs[i]->TryCancel();
