@@ -440,6 +440,20 @@ TEST_F(AgentServerTest, AStoppedEventTriggersAScan) {
   EXPECT_EQ(st.st_mode & 0777, 0666u);  // any container user may send; nothing in a payload is trusted
 }
 
+// Tests wait for "scan N completed", not for wall time: the count moves with
+// each published scan and WaitForScan wakes on it (and times out without one).
+TEST_F(AgentServerTest, ScanCompletionCanBeAwaited) {
+  uint64_t before = agent_->scans_completed();
+  EXPECT_GE(before, 1u);  // the startup scan ran before Start returned
+  EXPECT_FALSE(agent_->WaitForScan(before, std::chrono::milliseconds(50)));  // the next periodic scan is an hour away
+  std::thread scanner([&] { agent_->ScanNow(); });
+  EXPECT_TRUE(agent_->WaitForScan(before, std::chrono::seconds(10)));
+  scanner.join();
+  EXPECT_EQ(agent_->scans_completed(), before + 1);
+  ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
+  EXPECT_TRUE(agent_->WaitForScan(before + 1, std::chrono::seconds(10)));  // a poke's scan counts too
+}
+
 // ---- errors survived: counted, logged, on /metrics --------------------------
 
 // Log lines an agent wrote, safe to read while its threads write.

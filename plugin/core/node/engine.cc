@@ -346,6 +346,21 @@ void Agent::Publish(std::shared_ptr<const NodeSnapshot> next) {
     snapshot_ = next;
   }
   events_.Publish(Diff(prev.get(), *next));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    scans_completed_++;
+  }
+  scan_cv_.notify_all();
+}
+
+uint64_t Agent::scans_completed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return scans_completed_;
+}
+
+bool Agent::WaitForScan(uint64_t after, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> l(mu_);
+  return scan_cv_.wait_for(l, timeout, [&] { return scans_completed_ > after; });
 }
 
 std::shared_ptr<const NodeSnapshot> Agent::Snapshot() const {

@@ -114,6 +114,13 @@ class Agent {
 
   std::shared_ptr<const NodeSnapshot> Snapshot() const;
   bool Ready() const { return Snapshot() != nullptr; }
+  // Scans published since construction (the startup scan, the loop's,
+  // ScanNow's and Reclaim's each count one), for tests that wait for "scan N
+  // completed" instead of wall time. Thread-safe.
+  uint64_t scans_completed() const;
+  // Waits until scans_completed() > `after` or `timeout` passed; returns
+  // whether it did. Blocks only on the publication lock. Thread-safe.
+  bool WaitForScan(uint64_t after, std::chrono::milliseconds timeout) const;
 
   Result<std::vector<PodRecord>> ListPods(const PodFilter& filter) const;
   // `uid`, "namespace/name" (or a plain container's name), or a container id
@@ -171,8 +178,10 @@ class Agent {
   std::function<void(const std::string&)> warn_;
   std::set<std::string> reported_;  // reconcile errors and warnings already reported; guarded by scan_mu_
   mutable std::mutex mu_;
-  std::shared_ptr<const NodeSnapshot> snapshot_;
-  std::map<std::string, int64_t> peak_used_;  // pod uid -> most used bytes seen; guarded by scan_mu_
+  std::shared_ptr<const NodeSnapshot> snapshot_;  // guarded by mu_
+  uint64_t scans_completed_ = 0;                  // guarded by mu_
+  mutable std::condition_variable scan_cv_;       // signalled after each Publish
+  std::map<std::string, int64_t> peak_used_;      // pod uid -> most used bytes seen; guarded by scan_mu_
   EventHub events_;
   std::atomic<bool> stop_{false};
   std::mutex loop_mu_;
