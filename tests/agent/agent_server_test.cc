@@ -238,7 +238,7 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
     grpc::ClientContext c;
     ASSERT_TRUE(stub_->ReclaimLeaks(&c, req, &real).ok());
   }
-  EXPECT_EQ(real.reclaimed_size(), 1);
+  EXPECT_EQ(real.reclaimed_size(), 1) << real.DebugString();
   EXPECT_EQ(real.freed_bytes(), 1 << 20);
   // The two unheld ones are kept for their verdict: the reason as an enum, its
   // message, and the old "<word>: <message>" text still filled.
@@ -410,15 +410,18 @@ TEST_F(AgentServerTest, LivenessReportsAStalledScanLoopAndLostSockets) {
 namespace shmkeeper::agent {
 namespace {
 
-// Waits up to `seconds` for the agent's snapshot to satisfy `done`.
+// Waits up to `seconds` for the agent's snapshot to satisfy `done`: checks
+// each snapshot as its scan completes (Agent::WaitForScan), never on a timer.
 template <typename F>
 bool Eventually(const Agent& a, double seconds, F done) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
+  for (;;) {
+    uint64_t scans = a.scans_completed();  // before the snapshot: a scan published after it wakes the wait
     if (auto s = a.Snapshot(); s && done(*s)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    a.WaitForScan(scans, left);
   }
-  return false;
 }
 
 // The periodic scan is an hour away: only inotify can make the agent see a
@@ -571,20 +574,34 @@ TEST_F(AgentServerTest, AnOversizedDatagramIsCountedAsMalformed) {
   std::string big = R"({"type":"stopped","id":")" + std::string(8192, 'x') + R"("})";
   ASSERT_EQ(::sendto(fd.get(), big.data(), big.size(), 0, reinterpret_cast<sockaddr*>(&addr), sizeof addr),
             static_cast<ssize_t>(big.size()));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (agent_->counters().datagrams_rejected["malformed"] == before && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // One thread takes the datagrams in order: once the "stopped" sent after
+  // it has made its scan, the oversized one has been judged.
+  uint64_t scans = agent_->scans_completed();
+  ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (agent_->counters().datagrams_rejected["malformed"] == before) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !agent_->WaitForScan(scans, left)) break;
+    scans = agent_->scans_completed();
   }
   EXPECT_EQ(agent_->counters().datagrams_rejected["malformed"], before + 1);
 }
 
 // A sender the agent cannot see (outside its pid namespace) arrives without a
 // pid: dropped, but counted. The agent runs as pid 1 of a new pid namespace
-// in a child; this test process sends. Needs CAP_SYS_ADMIN.
+// in a child; this test process sends. Needs CAP_SYS_ADMIN. Nothing waits
+// on time: the agent says when its socket is up (a pipe), this process says
+// when it has sent (a pipe), and the agent's own "stopped" sent after that
+// datagram is judged, by the one datagram thread, after it (a scan).
 TEST_F(AgentServerTest, ADatagramWithoutSenderCredentialsIsCounted) {
   const std::string sock = dir_ + "/ns-events.sock";
+  int up[2], sent[2];
+  ASSERT_EQ(::pipe(up), 0);
+  ASSERT_EQ(::pipe(sent), 0);
   pid_t child = ::fork();
   if (child == 0) {
+    ::close(up[0]);
+    ::close(sent[1]);
     if (::unshare(CLONE_NEWPID) != 0) ::_exit(77);
     pid_t agent_pid = ::fork();
     if (agent_pid == 0) {
@@ -592,20 +609,35 @@ TEST_F(AgentServerTest, ADatagramWithoutSenderCredentialsIsCounted) {
       config.agent.event_socket = sock;
       Agent agent(config, QuietScan(dir_));
       if (!agent.Start().ok()) ::_exit(2);
-      for (int i = 0; i < 250 && agent.reporter().Count(kDatagramsNoCredentials) == 0; ++i) ::usleep(20000);
+      (void)!::write(up[1], "x", 1);
+      char c;
+      if (::read(sent[0], &c, 1) != 1) ::_exit(4);
+      uint64_t scans = agent.scans_completed();
+      if (!SendEvent(sock, R"({"type":"stopped","id":"y"})").ok()) ::_exit(5);  // with credentials: a scan
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (agent.reporter().Count(kDatagramsNoCredentials) == 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || !agent.WaitForScan(scans, left)) break;
+        scans = agent.scans_completed();
+      }
       int64_t n = agent.reporter().Count(kDatagramsNoCredentials);
       ::_exit(n == 1 ? 0 : 1);
     }
+    ::close(up[1]);  // the agent's copy alone: its exit ends the parent's read
     int status = 0;
     ::waitpid(agent_pid, &status, 0);
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 3);
   }
-  struct stat st;
-  for (int i = 0; i < 250 && ::stat(sock.c_str(), &st) != 0; ++i) ::usleep(20000);
-  int status = 0;
-  if (::stat(sock.c_str(), &st) == 0) {
-    ASSERT_TRUE(SendEvent(sock, R"({"type":"stopped","id":"x"})").ok());
+  ::close(up[1]);
+  ::close(sent[0]);
+  char c;
+  if (::read(up[0], &c, 1) == 1) {  // the agent is up (EOF: it never came up, or no pid namespace)
+    EXPECT_TRUE(SendEvent(sock, R"({"type":"stopped","id":"x"})").ok());
+    (void)!::write(sent[1], "x", 1);  // only now: with nobody left to read it a write would raise SIGPIPE
   }
+  ::close(up[0]);
+  ::close(sent[1]);
+  int status = 0;
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no CAP_SYS_ADMIN for a pid namespace";
