@@ -91,7 +91,7 @@ TEST(Spec, RejectsMembersOfTheWrongType) {
 TEST(Spec, SaveAndLoadRoundTrip) {
   test::TempDir tmp("/tmp/shmk-spec-");
   ASSERT_TRUE(tmp.ok());
-  std::string bundle = tmp.path();
+  const std::string& bundle = tmp.path();
   ASSERT_TRUE(WriteFileAtomic(bundle + "/config.json", kDockerSpec).ok());
   Result<Spec> s = Spec::Load(bundle);
   ASSERT_TRUE(s.ok()) << s.status().message();
