@@ -114,6 +114,24 @@ void ToProto(const LeakRecord& in, v1::Leak* out) {
   out->set_reclaimable(in.reclaimable);
 }
 
+// The proto's SkipReason is the core's, value for value.
+static_assert(static_cast<int>(SkipReason::kHeld) == v1::SKIP_REASON_HELD);
+static_assert(static_cast<int>(SkipReason::kOpened) == v1::SKIP_REASON_OPENED);
+static_assert(static_cast<int>(SkipReason::kChanged) == v1::SKIP_REASON_CHANGED);
+static_assert(static_cast<int>(SkipReason::kLinked) == v1::SKIP_REASON_LINKED);
+static_assert(static_cast<int>(SkipReason::kError) == v1::SKIP_REASON_ERROR);
+static_assert(static_cast<int>(SkipReason::kPinned) == v1::SKIP_REASON_PINNED);
+static_assert(static_cast<int>(SkipReason::kVerdict) == v1::SKIP_REASON_VERDICT);
+static_assert(static_cast<int>(SkipReason::kDeadline) == v1::SKIP_REASON_DEADLINE);
+static_assert(v1::SkipReason_MAX == v1::SKIP_REASON_DEADLINE, "a new v1::SkipReason needs its core SkipReason");
+
+void ToProto(const SkippedLeak& in, v1::SkippedLeak* out) {
+  ToProto(in.leak, out->mutable_leak());
+  out->set_kind(static_cast<v1::SkipReason>(in.reason));
+  out->set_message(EscapeInvalidUtf8(in.message));
+  out->set_reason(EscapeInvalidUtf8(std::string(SkipReasonName(in.reason)) + ": " + in.message));
+}
+
 void ToProto(const AgentEvent& in, v1::Event* out) {
   Timestamp(in.time, out->mutable_time());
   out->set_type(static_cast<v1::EventType>(in.kind));

@@ -11,6 +11,8 @@ namespace shmkeeper::agent {
 grpc::Status ToGrpc(const Status& s);
 void ToProto(const PodRecord& in, v1::Pod* out);
 void ToProto(const LeakRecord& in, v1::Leak* out);
+// kind and message, and reason = "<word>: <message>" for older clients.
+void ToProto(const SkippedLeak& in, v1::SkippedLeak* out);
 void ToProto(const AgentEvent& in, v1::Event* out);
 void ToProto(const NodeSnapshot& in, const Config& config, v1::Node* out);
 

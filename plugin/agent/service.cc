@@ -81,11 +81,7 @@ grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext* ctx, const v1::
   if (!out.ok()) return ToGrpc(out.status());
   resp->set_dry_run(dry_run);
   for (const LeakRecord& l : out->reclaimed) ToProto(l, resp->add_reclaimed());
-  for (const SkippedLeak& k : out->skipped) {
-    v1::SkippedLeak* s = resp->add_skipped();
-    ToProto(k.leak, s->mutable_leak());
-    s->set_reason(EscapeInvalidUtf8(k.reason + ": " + k.message));
-  }
+  for (const SkippedLeak& k : out->skipped) ToProto(k, resp->add_skipped());
   resp->set_freed_bytes(out->freed_bytes);
   return grpc::Status::OK;
 }
@@ -103,6 +99,10 @@ grpc::Status ShmKeeperService::Watch(grpc::ServerContext* ctx, const v1::WatchRe
     ~Release() { n->fetch_sub(1); }
   } release{&watch_streams_};
   std::unique_ptr<EventHub::Subscription> sub = agent_->events().Subscribe();
+  // The stream's headers go out once the subscription exists: a client that
+  // waits for them (ClientReader::WaitForInitialMetadata) misses no event
+  // after that, whether or not one follows soon.
+  writer->SendInitialMetadata();
   while (!ctx->IsCancelled()) {
     for (const AgentEvent& e : sub->Next(std::chrono::milliseconds(500))) {
       if (!req->namespace_().empty() && e.pod.ns != req->namespace_()) continue;

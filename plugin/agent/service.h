@@ -19,7 +19,8 @@ class ShmKeeperService final : public v1::ShmKeeper::Service {
   grpc::Status ListLeaks(grpc::ServerContext*, const v1::ListLeaksRequest*, v1::ListLeaksResponse*) override;
   grpc::Status ReclaimLeaks(grpc::ServerContext*, const v1::ReclaimLeaksRequest*, v1::ReclaimLeaksResponse*) override;
   // At most agent.maxWatchStreams streams at once (each holds a server
-  // thread); one more gets RESOURCE_EXHAUSTED at once.
+  // thread); one more gets RESOURCE_EXHAUSTED at once. An admitted stream
+  // sends its initial metadata as soon as it is subscribed.
   grpc::Status Watch(grpc::ServerContext*, const v1::WatchRequest*, grpc::ServerWriter<v1::Event>*) override;
 
   int watch_streams() const { return watch_streams_.load(); }

@@ -85,6 +85,17 @@ std::string KindName(v1::PodKind k) {
   return s;
 }
 
+std::string SkipReasonWord(v1::SkipReason r) {
+  std::string s = v1::SkipReason_Name(r).substr(12);  // SKIP_REASON_
+  for (char& c : s) c = static_cast<char>(std::tolower(c));
+  return s;
+}
+
+std::string SkipText(const v1::SkippedLeak& k) {
+  if (k.kind() == v1::SKIP_REASON_UNSPECIFIED) return k.reason();
+  return SkipReasonWord(k.kind()) + ": " + k.message();
+}
+
 std::string PodName(const std::string& ns, const std::string& name) { return ns.empty() ? name : ns + "/" + name; }
 
 std::string Iec(int64_t bytes) { return bytes <= 0 ? "0" : FormatSize(bytes); }

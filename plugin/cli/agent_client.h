@@ -44,6 +44,10 @@ std::string Iec(int64_t bytes);
 
 // "kubernetes", "compose", "container", "host" (the enum's name without POD_KIND_, lower case).
 std::string KindName(v1::PodKind k);
+// "held", "opened", ... (SKIP_REASON_HELD -> held), the agent's word and metric label.
+std::string SkipReasonWord(v1::SkipReason r);
+// "<word>: <message>"; from an agent older than SkippedLeak.kind, its reason text.
+std::string SkipText(const v1::SkippedLeak& k);
 
 // "namespace/name", or "name" when the namespace is empty.
 std::string PodName(const std::string& ns, const std::string& name);

@@ -170,7 +170,7 @@ Status Reclaim(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::Reclaim
   for (const v1::SkippedLeak& k : resp.skipped()) {
     const v1::Leak& l = k.leak();
     std::cout << "skipped " << TermEscape(l.sysv_id() >= 0 ? "sysv:" + std::to_string(l.sysv_id()) : l.path()) << " in "
-              << TermEscape(PodName(l.pod().namespace_(), l.pod().name())) << ": " << TermEscape(k.reason()) << "\n";
+              << TermEscape(PodName(l.pod().namespace_(), l.pod().name())) << ": " << TermEscape(SkipText(k)) << "\n";
   }
   return not_found;
 }

@@ -130,6 +130,7 @@ int Run(const std::string& config_flag, const std::string& stage_arg) {
            Status::Invalid("stage \"" + stage + "\" has nothing to do; ignored"));
     return 0;
   }
+  for (const Status& w : policy.warnings) Report(policy, state->id, "warning", "warning", w);
   std::vector<Status> warnings;
   Status s = policy.usable()
                  ? SizeContainerShm(state->bundle, state->id, config, Applier::kHook, *Os::Default(), &warnings)

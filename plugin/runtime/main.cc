@@ -93,8 +93,8 @@ int Main(const std::vector<std::string>& argv) {
   }
   ContainerPolicy policy = LoadContainerPolicy(args.config_path);
   const Config& config = policy.config;
-  if (policy.file.code() == Code::kNotFound && args.Intercepts()) {  // SHMKEEPER_CONFIG names a missing file
-    Report(args, policy, "warning", "warning", Status::NotFound(policy.file.message() + ": using the defaults"));
+  if (args.Intercepts()) {
+    for (const Status& w : policy.warnings) Report(args, policy, "warning", "warning", w);
   }
   Result<std::string> runtime = RealRuntime(config, args);
   if (!runtime.ok()) {

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "node/engine.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -71,9 +72,9 @@ class AgentProperty : public ::testing::TestWithParam<unsigned> {};
 
 TEST_P(AgentProperty, NeverRemovesHeldAndFindsEveryLeak) {
   std::mt19937 rng(GetParam());
-  char tmpl[] = "/tmp/shmk-prop-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
+  test::TempDir tmp("/tmp/shmk-prop-");
+  ASSERT_TRUE(tmp.ok());
+  const std::string& dir = tmp.path();
 
   std::vector<Child> creators;
   for (int i = 0; i < kCreators; ++i) creators.push_back(SpawnSleeper());
@@ -139,7 +140,8 @@ TEST_P(AgentProperty, NeverRemovesHeldAndFindsEveryLeak) {
   std::set<std::string> removed;
   for (const LeakRecord& l : out->reclaimed) removed.insert(l.path);
   for (const SkippedLeak& k : out->skipped) {
-    EXPECT_FALSE(leaked.count(k.leak.path)) << k.leak.path << " kept: " << k.reason << ": " << k.message;
+    EXPECT_FALSE(leaked.count(k.leak.path))
+        << k.leak.path << " kept: " << SkipReasonName(k.reason) << ": " << k.message;
   }
   EXPECT_EQ(removed, leaked);
   for (const std::string& h : held) EXPECT_EQ(::access(h.c_str(), F_OK), 0) << "held segment removed: " << h;
@@ -154,7 +156,6 @@ TEST_P(AgentProperty, NeverRemovesHeldAndFindsEveryLeak) {
   for (Child& h : holders) {
     if (h.alive) Kill(&h);
   }
-  (void)std::system(("rm -rf " + dir).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, AgentProperty, ::testing::Values(1u, 2u, 3u, 4u, 5u));

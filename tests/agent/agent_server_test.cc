@@ -23,6 +23,7 @@
 #include "node/metrics.h"
 #include "server.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper::agent {
 namespace {
@@ -30,9 +31,8 @@ namespace {
 class AgentServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shmk-agent-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     shm_ = dir_ + "/shm";
     ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
     config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
@@ -61,7 +61,6 @@ class AgentServerTest : public ::testing::Test {
     }
     server_.reset();
     agent_.reset();
-    (void)std::system(("rm -rf " + dir_).c_str());
   }
 
   void Write(const std::string& name, size_t bytes) {
@@ -101,6 +100,7 @@ class AgentServerTest : public ::testing::Test {
     return stub_->ListPods(&ctx, req, resp);
   }
 
+  test::TempDir tmp_{"/tmp/shmk-agent-"};
   std::string dir_, shm_;
   Config config_;
   std::unique_ptr<Agent> agent_;
@@ -238,8 +238,16 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
     grpc::ClientContext c;
     ASSERT_TRUE(stub_->ReclaimLeaks(&c, req, &real).ok());
   }
-  EXPECT_EQ(real.reclaimed_size(), 1);
+  EXPECT_EQ(real.reclaimed_size(), 1) << real.DebugString();
   EXPECT_EQ(real.freed_bytes(), 1 << 20);
+  // The two unheld ones are kept for their verdict: the reason as an enum, its
+  // message, and the old "<word>: <message>" text still filled.
+  ASSERT_EQ(real.skipped_size(), 2);
+  for (const v1::SkippedLeak& k : real.skipped()) {
+    EXPECT_EQ(k.kind(), v1::SKIP_REASON_VERDICT) << k.leak().path();
+    EXPECT_EQ(k.message(), "unheld, but nothing shows it was leaked");
+    EXPECT_EQ(k.reason(), "verdict: " + k.message());
+  }
   EXPECT_NE(::access((shm_ + "/torch_" + std::to_string(dead) + "_0").c_str(), F_OK), 0);
   for (const char* stays : {"plain", "_held"}) {
     std::string name = std::string(stays) == "plain" ? "plain" : "torch_" + std::to_string(dead) + "_held";
@@ -247,10 +255,14 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   }
 }
 
+// A Watch stream's initial metadata says "subscribed" (service.cc): every
+// event after it arrives. The deadline turns a missed event into a failure
+// in seconds, not a hang until ctest's timeout.
 TEST_F(AgentServerTest, WatchStreamsEvents) {
   grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   std::unique_ptr<grpc::ClientReader<v1::Event>> reader = stub_->Watch(&ctx, {});
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // subscribed
+  reader->WaitForInitialMetadata();  // subscribed
   Write("torch_" + std::to_string(DeadPid()) + "_0", 4096);
   agent_->ScanNow();
   v1::Event e;
@@ -289,8 +301,8 @@ TEST_F(AgentServerTest, WatchStreamsOverTheCapGetResourceExhausted) {
     ctxs.push_back(std::make_unique<grpc::ClientContext>());
     ctxs.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));  // never hang
     readers.push_back(stub->Watch(ctxs.back().get(), {}));
+    readers.back()->WaitForInitialMetadata();  // admitted and subscribed
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all N subscribed
   grpc::ClientContext over_ctx;
   over_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   auto over = stub->Watch(&over_ctx, {});
@@ -310,13 +322,19 @@ TEST_F(AgentServerTest, WatchStreamsOverTheCapGetResourceExhausted) {
   // A cancelled stream frees its slot.
   ctxs[0]->TryCancel();
   (void)readers[0]->Finish();
+  // The server notices the cancel within one EventHub wait (500 ms): ask
+  // again until a stream is admitted (its headers come) or 10 s passed.
   bool admitted = false;
-  for (int i = 0; i < 50 && !admitted; ++i) {
+  auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  while (!admitted && std::chrono::system_clock::now() < deadline) {
     grpc::ClientContext again_ctx;
+    again_ctx.set_deadline(deadline);
     auto again = stub->Watch(&again_ctx, {});
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again->WaitForInitialMetadata();  // admitted: headers; refused: the status ends the call
     again_ctx.TryCancel();
-    admitted = again->Finish().error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+    grpc::Status st = again->Finish();
+    ASSERT_NE(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    admitted = st.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   EXPECT_TRUE(admitted);
   for (size_t i = 1; i < ctxs.size(); ++i) ctxs[i]->TryCancel();
@@ -392,15 +410,18 @@ TEST_F(AgentServerTest, LivenessReportsAStalledScanLoopAndLostSockets) {
 namespace shmkeeper::agent {
 namespace {
 
-// Waits up to `seconds` for the agent's snapshot to satisfy `done`.
+// Waits up to `seconds` for the agent's snapshot to satisfy `done`: checks
+// each snapshot as its scan completes (Agent::WaitForScan), never on a timer.
 template <typename F>
 bool Eventually(const Agent& a, double seconds, F done) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
+  for (;;) {
+    uint64_t scans = a.scans_completed();  // before the snapshot: a scan published after it wakes the wait
     if (auto s = a.Snapshot(); s && done(*s)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    a.WaitForScan(scans, left);
   }
-  return false;
 }
 
 // The periodic scan is an hour away: only inotify can make the agent see a
@@ -553,20 +574,34 @@ TEST_F(AgentServerTest, AnOversizedDatagramIsCountedAsMalformed) {
   std::string big = R"({"type":"stopped","id":")" + std::string(8192, 'x') + R"("})";
   ASSERT_EQ(::sendto(fd.get(), big.data(), big.size(), 0, reinterpret_cast<sockaddr*>(&addr), sizeof addr),
             static_cast<ssize_t>(big.size()));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (agent_->counters().datagrams_rejected["malformed"] == before && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // One thread takes the datagrams in order: once the "stopped" sent after
+  // it has made its scan, the oversized one has been judged.
+  uint64_t scans = agent_->scans_completed();
+  ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (agent_->counters().datagrams_rejected["malformed"] == before) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !agent_->WaitForScan(scans, left)) break;
+    scans = agent_->scans_completed();
   }
   EXPECT_EQ(agent_->counters().datagrams_rejected["malformed"], before + 1);
 }
 
 // A sender the agent cannot see (outside its pid namespace) arrives without a
 // pid: dropped, but counted. The agent runs as pid 1 of a new pid namespace
-// in a child; this test process sends. Needs CAP_SYS_ADMIN.
+// in a child; this test process sends. Needs CAP_SYS_ADMIN. Nothing waits
+// on time: the agent says when its socket is up (a pipe), this process says
+// when it has sent (a pipe), and the agent's own "stopped" sent after that
+// datagram is judged, by the one datagram thread, after it (a scan).
 TEST_F(AgentServerTest, ADatagramWithoutSenderCredentialsIsCounted) {
   const std::string sock = dir_ + "/ns-events.sock";
+  int up[2], sent[2];
+  ASSERT_EQ(::pipe(up), 0);
+  ASSERT_EQ(::pipe(sent), 0);
   pid_t child = ::fork();
   if (child == 0) {
+    ::close(up[0]);
+    ::close(sent[1]);
     if (::unshare(CLONE_NEWPID) != 0) ::_exit(77);
     pid_t agent_pid = ::fork();
     if (agent_pid == 0) {
@@ -574,20 +609,35 @@ TEST_F(AgentServerTest, ADatagramWithoutSenderCredentialsIsCounted) {
       config.agent.event_socket = sock;
       Agent agent(config, QuietScan(dir_));
       if (!agent.Start().ok()) ::_exit(2);
-      for (int i = 0; i < 250 && agent.reporter().Count(kDatagramsNoCredentials) == 0; ++i) ::usleep(20000);
+      (void)!::write(up[1], "x", 1);
+      char c;
+      if (::read(sent[0], &c, 1) != 1) ::_exit(4);
+      uint64_t scans = agent.scans_completed();
+      if (!SendEvent(sock, R"({"type":"stopped","id":"y"})").ok()) ::_exit(5);  // with credentials: a scan
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (agent.reporter().Count(kDatagramsNoCredentials) == 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || !agent.WaitForScan(scans, left)) break;
+        scans = agent.scans_completed();
+      }
       int64_t n = agent.reporter().Count(kDatagramsNoCredentials);
       ::_exit(n == 1 ? 0 : 1);
     }
+    ::close(up[1]);  // the agent's copy alone: its exit ends the parent's read
     int status = 0;
     ::waitpid(agent_pid, &status, 0);
     ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 3);
   }
-  struct stat st;
-  for (int i = 0; i < 250 && ::stat(sock.c_str(), &st) != 0; ++i) ::usleep(20000);
-  int status = 0;
-  if (::stat(sock.c_str(), &st) == 0) {
-    ASSERT_TRUE(SendEvent(sock, R"({"type":"stopped","id":"x"})").ok());
+  ::close(up[1]);
+  ::close(sent[0]);
+  char c;
+  if (::read(up[0], &c, 1) == 1) {  // the agent is up (EOF: it never came up, or no pid namespace)
+    EXPECT_TRUE(SendEvent(sock, R"({"type":"stopped","id":"x"})").ok());
+    (void)!::write(sent[1], "x", 1);  // only now: with nobody left to read it a write would raise SIGPIPE
   }
+  ::close(up[0]);
+  ::close(sent[1]);
+  int status = 0;
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no CAP_SYS_ADMIN for a pid namespace";

@@ -149,7 +149,7 @@ TEST_F(ReclaimRpcTest, NoRemovalAfterTheClientsDeadline) {
   agent_->ScanNow();  // waits for the reclaim to end (one scan lock)
   EXPECT_EQ(Files(), left_when_told) << "files were removed after the client saw DEADLINE_EXCEEDED";
   EXPECT_GT(left_when_told, 0);
-  EXPECT_GT(agent_->counters().reclaim_kept["deadline"], 0);
+  EXPECT_GT(agent_->counters().reclaim_kept[SkipReason::kDeadline], 0);
 }
 
 }  // namespace

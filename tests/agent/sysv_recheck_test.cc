@@ -7,10 +7,10 @@
 #include <signal.h>
 #include <sys/shm.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <thread>
+#include <cerrno>
 
 #include "scan/sysv.h"
 
@@ -83,8 +83,15 @@ TEST(SysvRecheckTest, UseSinceTheScanKeepsTheSegment) {
   EXPECT_GT(scanned->atime, 0);  // the kernel's record of use is read
   EXPECT_GT(scanned->dtime, 0);
   EXPECT_EQ(scanned->nattch, 0);
-  // The times have a one-second resolution: use it again in a later second.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // The times have a one-second resolution: use it again in a later second
+  // (wait for the clock's next second itself, not for a guess of a second).
+  timespec clock{};
+  ASSERT_EQ(::clock_gettime(CLOCK_REALTIME, &clock), 0);
+  // Past the second's start by more than a tick: the kernel's coarse seconds moved too.
+  timespec next{clock.tv_sec + 1, 20'000'000};
+  while (::clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+  }
+  ASSERT_GT(::time(nullptr), scanned->atime);
   owner.Use();
   Status removed = RemoveSysvShm(owner.pid, ExpectOf(*scanned));
   EXPECT_EQ(removed.code(), Code::kFailedPrecondition) << removed.message();

@@ -141,14 +141,25 @@ def test_files_held_from_the_neighbour_container_are_never_reclaimed(docker_engi
     before = {n: inode(e, "held-owner", f"/dev/shm/{n}") for n in names}
     e.docker("exec", "-d", "held-neighbour", "/t/holders", "zombie", "-t", "600", f"/dev/shm/{names[0]}")
     e.docker("exec", "-d", "held-neighbour", "/t/holders", "private-fd", "-t", "600", f"/dev/shm/{names[1]}")
-    time.sleep(4)  # several scans past grace
-    running = e.docker("top", "held-neighbour").stdout
+    running = wait_for(lambda: (lambda t: "[holders] <defunct>" in t and "private-fd" in t and t)(
+        e.docker("top", "held-neighbour").stdout), timeout=20, what="both holders running")
+    agent.wait_scans(4)  # several scans past grace with the holders in place
     assert "[holders] <defunct>" in running and "private-fd" in running, f"a holder did not start:\n{running}"
     listed = [(l["pod"]["name"], l["path"], l["state"]) for l in leaks(agent) if l["path"].endswith(tuple(names))]
     for pod in ("held-owner", "held-neighbour"):
         agent.cli("reclaim", "--yes", "--pod", pod, check=False)
     after = {n: inode(e, "held-owner", f"/dev/shm/{n}") for n in names}
     assert after == before and not listed, f"held files listed: {listed}; inodes before {before}, after {after}"
+    # Positive control: with the neighbour (and so both holders) gone, the very
+    # files become leaks of the owner and are reclaimed: the holders, nothing
+    # else, kept them.
+    e.docker("rm", "-f", "held-neighbour")
+    paths = {f"/dev/shm/{n}" for n in names}
+    wait_for(lambda: paths <= {l["path"] for l in leaks(agent) if l.get("reclaimable")}, timeout=30,
+             what="the released files listed as reclaimable leaks")
+    agent.cli("reclaim", "--yes", "--pod", "held-owner")
+    gone = {n: inode(e, "held-owner", f"/dev/shm/{n}") for n in names}
+    assert gone == {n: None for n in names}, f"released files not reclaimed: {gone}"
 
 
 def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):

@@ -151,3 +151,18 @@ def test_install_crio_and_podman_write_owned_files_and_remove_them(tmp_path):
     p = run([CLI, "install", "podman", "--hooks-dir", hooks, "--hook-path", HOOK], check=False)
     assert p.returncode == 2 and "was not written by shmkeeper" in p.stderr
     assert (hooks / "shmkeeper.json").read_text() == '{"hook": {"path": "/opt/other-hook"}}'
+
+
+def test_shmkeeper_config_naming_a_missing_file_is_a_warning(env):
+    """The hook loads the policy as the runtime does (decide/node_config.cc):
+    $SHMKEEPER_CONFIG naming a missing file is one warning line, the defaults
+    are used and the container is not refused (test_inject.py: the runtime)."""
+    shm = engine_tmpfs(env, env.tmp / "crio" / "shm")
+    b = bundle(env, "sb", shm, crio_sandbox(shm))
+    missing = env.tmp / "nope.yaml"
+    p = subprocess.run([str(HOOK), "createRuntime"], input=json.dumps({"id": "cfg-1", "bundle": str(b)}),
+                       capture_output=True, text=True, timeout=10,
+                       env=dict(os.environ, SHMKEEPER_CONFIG=str(missing)))
+    assert p.returncode == 0, p.stderr
+    assert f"shmkeeper-hook: SHMKEEPER_CONFIG names {missing}, which does not exist: using the defaults" in p.stderr, \
+        p.stderr

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness import AGENTD, CLI, require, run, wait_for
+from harness import AGENTD, CLI, require, run, wait_for, wait_scans
 from reclaim_attack import (HOLDERS, QUARANTINE, Holder, Tmpfs, agent_config, inodes, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent, world_reachable_dir)
 
@@ -138,7 +138,7 @@ def test_loop_device_holder_is_held_and_not_retried(tmp_path, shm, agent):
     dev = run(["losetup", "-f", "--show", seg]).stdout.strip()
     try:
         assert str(seg) in run(["losetup", "-j", seg]).stdout, "positive control: the loop device uses the file"
-        time.sleep(2)  # past grace
+        agent.wait_scans(3)  # the agent's verdicts past grace with the loop device attached
         kept0 = counter(agent, "shmkeeper_reclaim_kept_total", 'reason="held"')
         leaked = leaked_during(agent, {str(seg)}, 4)
         kept = counter(agent, "shmkeeper_reclaim_kept_total", 'reason="held"') - kept0
@@ -250,7 +250,7 @@ def test_one_agent_per_state_dir(tmp_path, shm):
             wait_for(lambda: sock.exists() or ro.poll() is not None, timeout=20, what="read-only agent up")
             assert ro.poll() is None, ro.stdout.read()
             _, (seg,) = make_leaks(shm, 1, "ro")
-            time.sleep(2.5)  # past grace
+            wait_scans(sock, 3)  # three of its scans: past grace
             q = run([CLI, "reclaim", "--yes", "--agent", sock], check=False)
             assert q.returncode != 0 and "read-only" in q.stderr, (q.returncode, q.stdout, q.stderr)
             assert seg.exists()

@@ -26,7 +26,7 @@ import pytest
 from harness import require, wait_for
 from reclaim_attack import (HOLDERS, QUARANTINE, Holder, ReclaimLoop, Tmpfs, agent_config, inodes, leaks_by_path,
                             make_leaks, metric_sum, metric_values, quarantined, scrape, start_agent, true_leaks_left,
-                            world_reachable_dir)
+                            wait_reclaimable, world_reachable_dir)
 
 HOLD_SECONDS = 8    # how long holders hold and storms rage while reclaim runs
 SETTLE = 60         # seconds allowed for the true leaks to go once the holders are gone (a fast agent: ~3)
@@ -321,17 +321,22 @@ def test_odd_names_neither_break_the_views_nor_escape_reclaim(tmp_path, shm):
     agent = start_agent(base, agent_config(base, [shm]))
     problems = []
     try:
-        time.sleep(3)  # past grace
+        try:  # past grace: the agent's verdict (a broken `leaks` is reported below)
+            wait_reclaimable(agent.sock, plain)
+        except AssertionError:
+            pass
         p = agent.cli("leaks", "-o", "json", check=False)
         listed = json.loads(p.stdout).get("leaks", []) if p.returncode == 0 and p.stdout.strip() else None
         if not listed or str(plain[0]) not in {l.get("path") for l in listed}:
             problems.append(f"`leaks -o json` broke (rc {p.returncode}, {len(p.stdout)} bytes out): {p.stderr[-300:]}")
-        for _ in range(3):
+        for _ in range(3):  # each after the scan that follows the last: the odd leaks' verdicts settle too
             r = agent.cli("reclaim", "--yes", check=False)
             if r.returncode != 0:
                 problems.append(f"`reclaim --yes` failed for the whole node (rc {r.returncode}): {r.stderr[-300:]}")
                 break
-            time.sleep(1.2)
+            if not any(os.path.lexists(p) for p in plain + odd_leaks):
+                break
+            agent.wait_scans(1)
         left = [repr(p.name) for p in plain + odd_leaks if os.path.lexists(p)]
         if left:
             problems.append(f"true leaks never reclaimed: {left}")
@@ -366,14 +371,14 @@ def test_quarantine_names_planted_by_users_never_cost_a_file(tmp_path, shm):
     base = tmp_path / "agent"
     agent = start_agent(base, agent_config(base, [shm]))
     try:
-        time.sleep(2.5)  # past grace
+        wait_reclaimable(agent.sock, [leak])  # past grace
         for _ in range(2):
             agent.cli("reclaim", "--yes", check=False)
         agent.proc.kill()
         agent.proc.wait()
         agent.proc = None
         agent.start()
-        time.sleep(2.5)
+        agent.wait_scans(3)  # the restarted agent's verdicts past grace
         agent.cli("reclaim", "--yes", check=False)
         r_victim, r_planted = at_name.result(timeout=60), planted.result(timeout=60)
         problems = []

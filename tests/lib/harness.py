@@ -322,6 +322,10 @@ class AgentProcess:
     def json(self, *args):
         return json.loads(self.cli(*args, "-o", "json").stdout)
 
+    def wait_scans(self, n, timeout=30):
+        """wait_scans on this agent's socket."""
+        wait_scans(self.sock, n, timeout)
+
     def stop(self):
         stop_process(self.proc, timeout=10)
         self.proc = None
@@ -363,6 +367,20 @@ def terminate(proc, base: Path):
         proc.wait()
     for mp in sorted(shm_mounts_under(str(base)), reverse=True):
         subprocess.run(["umount", "-l", mp], check=False)
+
+
+def agent_scans(sock):
+    """Scans the agent at `sock` has completed (`status`: node.scans)."""
+    return int(json.loads(run([CLI, "status", "-o", "json", "--agent", sock], timeout=60).stdout)["node"]["scans"])
+
+
+def wait_scans(sock, n, timeout=30):
+    """Waits until the agent at `sock` has completed `n` scans more than now:
+    what it reports after them is its verdict on the state at this call (with
+    the tests' 1 s scan interval and 1 s grace, three scans put every file
+    unheld since this call past grace). Waits on the agent, not on time."""
+    target = agent_scans(sock) + n
+    wait_for(lambda: agent_scans(sock) >= target, timeout=timeout, interval=0.1, what=f"{n} more scans")
 
 
 def wait_for(fn, timeout=10, interval=0.2, what="condition"):

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from harness import BUILD, AgentProcess, run, wait_for
+from harness import BUILD, CLI, AgentProcess, run, wait_for
 
 HOLDERS = BUILD / "tests" / "holders"
 QUARANTINE = ".shmkeeper-reclaim."
@@ -216,3 +216,17 @@ def true_leaks_left(shm: Path):
 
 def leaks_by_path(agent: AgentProcess):
     return {l.get("path"): l for l in agent.json("leaks").get("leaks", [])}
+
+
+def wait_reclaimable(sock, paths, timeout=20):
+    """Waits until the agent at `sock` lists each of `paths` as a reclaimable
+    leak (past grace): the agent's verdict, not a guess of how long it takes.
+    A `leaks` that fails counts as not yet (the caller checks it on its own)."""
+    want = {str(p) for p in paths}
+
+    def listed():
+        p = run([CLI, "leaks", "-o", "json", "--agent", sock], check=False)
+        if p.returncode != 0 or not p.stdout.strip():
+            return False
+        return want <= {l.get("path") for l in json.loads(p.stdout).get("leaks", []) if l.get("reclaimable")}
+    wait_for(listed, timeout=timeout, what=f"{sorted(want)} listed as reclaimable leaks")

@@ -10,14 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
+
 namespace shmkeeper {
 namespace {
-
-std::string TempDir() {
-  char dir[] = "/tmp/shmk-log-XXXXXX";
-  EXPECT_NE(::mkdtemp(dir), nullptr);
-  return dir;
-}
 
 std::vector<std::string> Lines(const std::string& path) {
   std::vector<std::string> out;
@@ -26,24 +22,21 @@ std::vector<std::string> Lines(const std::string& path) {
   return out;
 }
 
-void RemoveAll(const std::string& dir, const std::string& path, int files) {
-  ::unlink(path.c_str());
-  for (int i = 1; i <= files + 1; ++i) ::unlink((path + "." + std::to_string(i)).c_str());
-  ::rmdir(dir.c_str());
-}
-
 TEST(DecisionLogRotation, ZeroNeverRotates) {
-  std::string dir = TempDir(), path = dir + "/runtime.log";
+  test::TempDir dir("/tmp/shmk-log-");
+  ASSERT_TRUE(dir.ok());
+  std::string path = dir / "runtime.log";
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE(AppendJsonLine(path, Json{{"i", i}}, LogLevel::kInfo, LogLevel::kInfo, {0, 3}).ok());
   }
   EXPECT_EQ(Lines(path).size(), 50u);
   EXPECT_NE(::access((path + ".1").c_str(), F_OK), 0);
-  RemoveAll(dir, path, 3);
 }
 
 TEST(DecisionLogRotation, KeepsAtMostMaxFiles) {
-  std::string dir = TempDir(), path = dir + "/runtime.log";
+  test::TempDir dir("/tmp/shmk-log-");
+  ASSERT_TRUE(dir.ok());
+  std::string path = dir / "runtime.log";
   // Each line is ~80 bytes: a 200-byte cap rotates every third line.
   for (int i = 0; i < 60; ++i) {
     ASSERT_TRUE(AppendJsonLine(path, Json{{"i", i}}, LogLevel::kInfo, LogLevel::kInfo, {200, 2}).ok());
@@ -63,13 +56,14 @@ TEST(DecisionLogRotation, KeepsAtMostMaxFiles) {
       EXPECT_LT(st.st_size, 200 + 100) << suffix;
     }
   }
-  RemoveAll(dir, path, 2);
 }
 
 // Many processes append at once with a small cap: rotation happens, and
 // every line is in exactly one file, whole.
 TEST(DecisionLogRotation, ConcurrentWritersLoseAndTearNothing) {
-  std::string dir = TempDir(), path = dir + "/runtime.log";
+  test::TempDir dir("/tmp/shmk-log-");
+  ASSERT_TRUE(dir.ok());
+  std::string path = dir / "runtime.log";
   constexpr int kWriters = 8, kLines = 300, kFiles = 60;
   constexpr int64_t kCap = 8 << 10;
   // ~8*300*100 bytes = ~240 KB over at most 61 files of >= 8 KiB: nothing
@@ -120,7 +114,6 @@ TEST(DecisionLogRotation, ConcurrentWritersLoseAndTearNothing) {
   EXPECT_LT(rotated, kFiles);
   EXPECT_EQ(lines, kWriters * kLines);
   EXPECT_EQ(seen.size(), static_cast<size_t>(kWriters * kLines));
-  RemoveAll(dir, path, kFiles);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "base/json.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -24,10 +25,10 @@ void Write(const fs::path& p, const std::string& text) {
 class DiscoveryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("shmk-discovery-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  test::TempDir tmp_{"/tmp/shmk-discovery-"};
   fs::path dir_;
 };
 

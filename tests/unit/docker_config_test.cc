@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "base/fileutil.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -11,13 +12,12 @@ namespace {
 class DockerConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shmk-dc-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     opts_.daemon_json = dir_ + "/daemon.json";
     opts_.runtime_path = "/usr/local/bin/shmkeeper-runtime";
   }
-  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+  test::TempDir tmp_{"/tmp/shmk-dc-"};
   std::string dir_;
   DockerInstallOptions opts_;
 };

@@ -4,13 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
+#include "support/temp_dir.h"
+
 namespace shmkeeper {
 namespace {
 
 TEST(FileUtil, AtomicWriteKeepsModeAndLeavesNoTemp) {
-  char dir[] = "/tmp/shmk-fu-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  std::string p = std::string(dir) + "/f";
+  test::TempDir dir("/tmp/shmk-fu-");
+  ASSERT_TRUE(dir.ok());
+  std::string p = dir / "f";
   ASSERT_TRUE(WriteFileAtomic(p, "one", 0600).ok());
   struct stat st;
   ASSERT_EQ(::stat(p.c_str(), &st), 0);
@@ -20,9 +24,9 @@ TEST(FileUtil, AtomicWriteKeepsModeAndLeavesNoTemp) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(*ReadFile(p), "two");
   // A write into a missing directory fails and creates nothing.
-  EXPECT_FALSE(WriteFileAtomic(std::string(dir) + "/no/f", "x").ok());
+  EXPECT_FALSE(WriteFileAtomic(dir / "no/f", "x").ok());
   ::unlink(p.c_str());
-  EXPECT_EQ(::rmdir(dir), 0);  // empty: no temp file left behind
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));  // no temp file left behind
 }
 
 TEST(FileUtil, ReadLimits) {

@@ -9,6 +9,7 @@
 #include "base/fileutil.h"
 #include "decide/decision_log.h"
 #include "fake_os.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -542,7 +543,9 @@ TEST(AutoLimit, SizingRecordCarriesTheLimitToThePodsView) {
   Ann(j, "io.kubernetes.cri.sandbox-memory", "1073741824");
   Result<ShmPlan> plan = PlanShm(Make(j), Config(), "sb1", os);
   ASSERT_TRUE(plan.ok());
-  std::string dir = ::testing::TempDir() + "/sizing-record";
+  test::TempDir tmp("/tmp/shmk-plan-");
+  ASSERT_TRUE(tmp.ok());
+  std::string dir = tmp / "sizing-record";
   ASSERT_TRUE(MakeDirs(dir).ok());
   ASSERT_TRUE(WriteSizingRecord(dir, SizingRecordOf(*plan, "runtime")).ok());
   std::optional<SizingRecord> back = ReadSizingRecord(dir);

@@ -14,6 +14,7 @@
 
 #include "base/fileutil.h"
 #include "node/node_events.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -82,22 +83,21 @@ TEST(LabelPodsFromCri, ByUidThenByName) {
   EXPECT_TRUE(pods[2].labels.empty());  // not a Kubernetes pod
 }
 
-class TempDir : public ::testing::Test {
+class InTempDir : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shmk-reconcile-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
   }
-  void TearDown() override { fs::remove_all(dir_); }
   void Touch(const std::string& path) {
     fs::create_directories(fs::path(path).parent_path());
     ASSERT_TRUE(WriteFileAtomic(path, "{}", 0644, false).ok());
   }
+  test::TempDir tmp_{"/tmp/shmk-reconcile-"};
   std::string dir_;
 };
 
-using RuntimeRootWarningsTest = TempDir;
+using RuntimeRootWarningsTest = InTempDir;
 
 TEST_F(RuntimeRootWarningsTest, NamesNamespaceDirectoriesAndUnknownLayoutsWithTheFix) {
   std::string good = dir_ + "/good", ns = dir_ + "/runc", odd = dir_ + "/odd", empty = dir_ + "/empty";
@@ -113,7 +113,7 @@ TEST_F(RuntimeRootWarningsTest, NamesNamespaceDirectoriesAndUnknownLayoutsWithTh
   EXPECT_NE(w[1].find("agent.runtimeRoots"), std::string::npos) << w[1];
 }
 
-using ChangeWatcherTest = TempDir;
+using ChangeWatcherTest = InTempDir;
 
 // The first container after the runtime root is created wakes the agent:
 // the root appears, the container's directory appears, then its state.json.

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+#include "support/temp_dir.h"
+
 namespace shmkeeper {
 namespace {
 
@@ -15,13 +17,12 @@ namespace fs = std::filesystem;
 class SafePath : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/shmk-safe-path-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    root_ = dir;
-    root_fd_ = UniqueFd(::open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(tmp_.ok());
+    root_ = tmp_.path();
+    root_fd_ = UniqueFd(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     ASSERT_TRUE(root_fd_.valid());
   }
-  void TearDown() override { fs::remove_all(root_); }
+  test::TempDir tmp_{"/tmp/shmk-safe-path-"};
   std::string root_;
   UniqueFd root_fd_;
 };

@@ -5,6 +5,7 @@
 
 #include "base/bytes.h"
 #include "base/fileutil.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper {
 namespace {
@@ -88,9 +89,9 @@ TEST(Spec, RejectsMembersOfTheWrongType) {
 }
 
 TEST(Spec, SaveAndLoadRoundTrip) {
-  char dir[] = "/tmp/shmk-spec-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  std::string bundle = dir;
+  test::TempDir tmp("/tmp/shmk-spec-");
+  ASSERT_TRUE(tmp.ok());
+  const std::string& bundle = tmp.path();
   ASSERT_TRUE(WriteFileAtomic(bundle + "/config.json", kDockerSpec).ok());
   Result<Spec> s = Spec::Load(bundle);
   ASSERT_TRUE(s.ok()) << s.status().message();
@@ -100,8 +101,6 @@ TEST(Spec, SaveAndLoadRoundTrip) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->MountSizeOption(1), kGiB);
   EXPECT_EQ(Spec::Load(bundle + "/nope").status().code(), Code::kFailedPrecondition);  // the runtime's to judge
-  ::unlink((bundle + "/config.json").c_str());
-  ::rmdir(dir);
 }
 
 TEST(Spec, NestingIsBoundedBeforeParsing) {

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdlib>
@@ -95,26 +96,47 @@ Status SetDuration(const YAML::Node& n, std::chrono::milliseconds* out) {
   return Status::Ok();
 }
 
+// How ConfigToJson (shmkeeperd --check-config, the agent's start and reload
+// lines) shows a key's value.
+using Shower = nlohmann::json (*)(const Config&);
+
+nlohmann::json SizeOr(const std::optional<int64_t>& v, const char* unset) {
+  if (!v) return unset;
+  return *v;
+}
+
 struct Field {
   std::string_view key;
   Setter set;
+  // nullptr: not shown (a key and certificate path shows only as the flag
+  // of its pair's other key).
+  Shower show;
+  // Shown under this dotted key instead of `key` (a derived flag, such as
+  // agent.tcp.mtls for agent.tcp.clientCAFile).
+  std::string_view shown_as = {};
 };
 
-// The schema: every accepted key and how it is stored.
+// The schema: every accepted key, how it is stored and how it is shown; the
+// one place a key is spelled (the agent's proto shows a summary of a few
+// of them as v1.Policy).
 const Field kFields[] = {
     {"shm.default",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(c->shm.default_bytes, SizeOrAuto(n));
        return Status::Ok();
-     }},
+     },
+     [](const Config& c) -> nlohmann::json { return SizeOr(c.shm.default_bytes, "auto"); }},
     {"shm.max",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(c->shm.max_bytes, SizeOrAuto(n));
        return Status::Ok();
-     }},
-    {"shm.overMax", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOverMaxNames, &c->shm.over_max); }},
+     },
+     [](const Config& c) -> nlohmann::json { return SizeOr(c.shm.max_bytes, "host RAM"); }},
+    {"shm.overMax", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOverMaxNames, &c->shm.over_max); },
+     [](const Config& c) -> nlohmann::json { return kOverMaxNames[static_cast<size_t>(c.shm.over_max)]; }},
     {"onInternalError",
-     [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOnErrorNames, &c->on_internal_error); }},
+     [](const YAML::Node& n, Config* c) { return ParseEnum(n, kOnErrorNames, &c->on_internal_error); },
+     [](const Config& c) -> nlohmann::json { return kOnErrorNames[static_cast<size_t>(c.on_internal_error)]; }},
     {"runtime.path",
      [](const YAML::Node& n, Config* c) -> Status {
        if (n.IsNull()) return Status::Ok();
@@ -123,14 +145,19 @@ const Field kFields[] = {
          return Status::Invalid("must be an absolute path");
        }
        return Status::Ok();
+     },
+     [](const Config& c) -> nlohmann::json {
+       return c.runtime.path.empty() ? "runc or crun from PATH" : c.runtime.path;
      }},
     {"log.path",
      [](const YAML::Node& n, Config* c) -> Status {
        if (n.IsNull()) return Status::Ok();
        SHMK_ASSIGN_OR_RETURN(c->log.path, Scalar(n));
        return Status::Ok();
-     }},
-    {"log.level", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kLevelNames, &c->log.level); }},
+     },
+     [](const Config& c) -> nlohmann::json { return c.log.path; }},
+    {"log.level", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kLevelNames, &c->log.level); },
+     [](const Config& c) -> nlohmann::json { return LogLevelName(c.log.level); }},
     {"log.maxSize",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
@@ -140,7 +167,8 @@ const Field kFields[] = {
        }
        SHMK_ASSIGN_OR_RETURN(c->log.max_bytes, ParseSize(text));
        return Status::Ok();
-     }},
+     },
+     [](const Config& c) -> nlohmann::json { return c.log.max_bytes; }},
     {"log.maxFiles",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
@@ -149,74 +177,109 @@ const Field kFields[] = {
        }
        c->log.max_files = text[0] - '0';
        return Status::Ok();
-     }},
-    {"agent.socket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.socket); }},
+     },
+     [](const Config& c) -> nlohmann::json { return c.log.max_files; }},
+    {"agent.socket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.socket); },
+     [](const Config& c) -> nlohmann::json { return c.agent.socket; }},
     {"agent.scanInterval",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
        SHMK_ASSIGN_OR_RETURN(c->agent.scan_interval, ParseDuration(text));
        return Status::Ok();
-     }},
+     },
+     [](const Config& c) -> nlohmann::json { return std::to_string(c.agent.scan_interval.count()) + "ms"; }},
     {"agent.observer",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
        if (text != "fanotify" && text != "scan") return Status::Invalid("must be fanotify or scan");
        c->agent.observe = text == "fanotify";
        return Status::Ok();
-     }},
+     },
+     [](const Config& c) -> nlohmann::json { return c.agent.observe ? "fanotify" : "scan"; }},
     {"agent.auditInterval",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
        SHMK_ASSIGN_OR_RETURN(c->agent.audit_interval, ParseDuration(text));
        if (c->agent.audit_interval.count() <= 0) return Status::Invalid("must be positive");
        return Status::Ok();
-     }},
-    {"agent.metricsAddress", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics_address); }},
-    {"agent.runtimeRoots", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.runtime_roots); }},
-    {"agent.dockerSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.docker_socket); }},
-    {"agent.hostShmDirs", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.host_shm_dirs); }},
-    {"agent.eventSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.event_socket); }},
-    {"agent.criSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.cri_socket); }},
-    {"agent.stateDir", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.state_dir); }},
-    {"agent.reconcile", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.reconcile); }},
-    {"agent.tcp.address", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.address); }},
-    {"agent.tcp.certFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.cert_file); }},
-    {"agent.tcp.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.key_file); }},
+     },
+     [](const Config& c) -> nlohmann::json { return std::to_string(c.agent.audit_interval.count()) + "ms"; }},
+    {"agent.metricsAddress", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics_address); },
+     [](const Config& c) -> nlohmann::json { return c.agent.metrics_address; }},
+    {"agent.runtimeRoots", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.runtime_roots); },
+     [](const Config& c) -> nlohmann::json { return c.agent.runtime_roots; }},
+    {"agent.dockerSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.docker_socket); },
+     [](const Config& c) -> nlohmann::json { return c.agent.docker_socket; }},
+    {"agent.hostShmDirs", [](const YAML::Node& n, Config* c) { return SetPathList(n, &c->agent.host_shm_dirs); },
+     [](const Config& c) -> nlohmann::json { return c.agent.host_shm_dirs; }},
+    {"agent.eventSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.event_socket); },
+     [](const Config& c) -> nlohmann::json { return c.agent.event_socket; }},
+    {"agent.criSocket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.cri_socket); },
+     [](const Config& c) -> nlohmann::json { return c.agent.cri_socket; }},
+    {"agent.stateDir", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.state_dir); },
+     [](const Config& c) -> nlohmann::json { return c.agent.state_dir; }},
+    {"agent.reconcile", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.reconcile); },
+     [](const Config& c) -> nlohmann::json { return c.agent.reconcile; }},
+    {"agent.tcp.address", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.address); },
+     [](const Config& c) -> nlohmann::json { return c.agent.tcp.address; }},
+    {"agent.tcp.certFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.cert_file); },
+     nullptr},
+    {"agent.tcp.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.key_file); }, nullptr},
     {"agent.tcp.clientCAFile",
-     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.client_ca_file); }},
-    {"agent.tcp.insecure", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.tcp.insecure); }},
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.client_ca_file); },
+     [](const Config& c) -> nlohmann::json { return !c.agent.tcp.client_ca_file.empty(); }, "agent.tcp.mtls"},
+    {"agent.tcp.insecure", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.tcp.insecure); },
+     [](const Config& c) -> nlohmann::json { return c.agent.tcp.insecure; }},
     {"agent.metrics.maxConnections",
-     [](const YAML::Node& n, Config* c) { return SetCount(n, 4096, &c->agent.metrics.max_connections); }},
+     [](const YAML::Node& n, Config* c) { return SetCount(n, 4096, &c->agent.metrics.max_connections); },
+     [](const Config& c) -> nlohmann::json { return c.agent.metrics.max_connections; }},
     {"agent.metrics.maxConnectionsPerClient",
-     [](const YAML::Node& n, Config* c) { return SetCount(n, 4096, &c->agent.metrics.max_connections_per_client); }},
+     [](const YAML::Node& n, Config* c) { return SetCount(n, 4096, &c->agent.metrics.max_connections_per_client); },
+     [](const Config& c) -> nlohmann::json { return c.agent.metrics.max_connections_per_client; }},
     {"agent.metrics.headerTimeout",
-     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.header_timeout); }},
+     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.header_timeout); },
+     [](const Config& c) -> nlohmann::json { return std::to_string(c.agent.metrics.header_timeout.count()) + "ms"; }},
     {"agent.metrics.idleTimeout",
-     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.idle_timeout); }},
+     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.idle_timeout); },
+     [](const Config& c) -> nlohmann::json { return std::to_string(c.agent.metrics.idle_timeout.count()) + "ms"; }},
     {"agent.metrics.writeTimeout",
-     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.write_timeout); }},
-    {"agent.metrics.certFile",
-     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.cert_file); }},
-    {"agent.metrics.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.key_file); }},
+     [](const YAML::Node& n, Config* c) { return SetDuration(n, &c->agent.metrics.write_timeout); },
+     [](const Config& c) -> nlohmann::json { return std::to_string(c.agent.metrics.write_timeout.count()) + "ms"; }},
+    {"agent.metrics.certFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.cert_file); },
+     [](const Config& c) -> nlohmann::json { return !c.agent.metrics.cert_file.empty(); }, "agent.metrics.tls"},
+    {"agent.metrics.keyFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.key_file); },
+     nullptr},
     {"agent.metrics.clientCAFile",
-     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.client_ca_file); }},
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.client_ca_file); },
+     [](const Config& c) -> nlohmann::json { return !c.agent.metrics.client_ca_file.empty(); },
+     "agent.metrics.clientCertificates"},
     {"agent.metrics.bearerTokenFile",
-     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.bearer_token_file); }},
+     [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.metrics.bearer_token_file); },
+     [](const Config& c) -> nlohmann::json { return !c.agent.metrics.bearer_token_file.empty(); },
+     "agent.metrics.bearerToken"},
     {"agent.maxWatchStreams",
-     [](const YAML::Node& n, Config* c) { return SetCount(n, 100000, &c->agent.max_watch_streams); }},
-    {"inject.preload", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->inject.preload); }},
-    {"inject.library", [](const YAML::Node& n, Config* c) { return SetString(n, &c->inject.library); }},
-    {"preload.reserve", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->preload.reserve); }},
-    {"cuda.devDir", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.dev_dir); }},
-    {"cuda.procDevices", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.proc_devices); }},
+     [](const YAML::Node& n, Config* c) { return SetCount(n, 100000, &c->agent.max_watch_streams); },
+     [](const Config& c) -> nlohmann::json { return c.agent.max_watch_streams; }},
+    {"inject.preload", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->inject.preload); },
+     [](const Config& c) -> nlohmann::json { return c.inject.preload; }},
+    {"inject.library", [](const YAML::Node& n, Config* c) { return SetString(n, &c->inject.library); },
+     [](const Config& c) -> nlohmann::json { return c.inject.library; }},
+    {"preload.reserve", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->preload.reserve); },
+     [](const Config& c) -> nlohmann::json { return c.preload.reserve; }},
+    {"cuda.devDir", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.dev_dir); },
+     [](const Config& c) -> nlohmann::json { return c.cuda.dev_dir; }},
+    {"cuda.procDevices", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.proc_devices); },
+     [](const Config& c) -> nlohmann::json { return c.cuda.proc_devices; }},
     {"leaks.grace",
      [](const YAML::Node& n, Config* c) -> Status {
        SHMK_ASSIGN_OR_RETURN(std::string text, Scalar(n));
        SHMK_ASSIGN_OR_RETURN(std::chrono::milliseconds d, ParseDuration(text));
        c->leaks.grace = std::chrono::duration_cast<std::chrono::seconds>(d);
        return Status::Ok();
-     }},
-    {"leaks.reclaim", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kReclaimNames, &c->leaks.reclaim); }},
+     },
+     [](const Config& c) -> nlohmann::json { return std::to_string(c.leaks.grace.count()) + "s"; }},
+    {"leaks.reclaim", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kReclaimNames, &c->leaks.reclaim); },
+     [](const Config& c) -> nlohmann::json { return kReclaimNames[static_cast<size_t>(c.leaks.reclaim)]; }},
 };
 
 std::string Where(const std::string& name, const YAML::Node& node) {
@@ -340,57 +403,14 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
 }
 
 nlohmann::json ConfigToJson(const Config& c) {
-  auto size = [](const std::optional<int64_t>& v, const char* unset) -> nlohmann::json {
-    if (!v) return unset;
-    return *v;
-  };
-  return {
-      {"source", c.source.empty() ? "built-in defaults" : c.source},
-      {"shm",
-       {{"default", size(c.shm.default_bytes, "auto")},
-        {"max", size(c.shm.max_bytes, "host RAM")},
-        {"overMax", kOverMaxNames[static_cast<size_t>(c.shm.over_max)]}}},
-      {"onInternalError", kOnErrorNames[static_cast<size_t>(c.on_internal_error)]},
-      {"runtime", {{"path", c.runtime.path.empty() ? "runc or crun from PATH" : c.runtime.path}}},
-      {"log",
-       {{"path", c.log.path},
-        {"level", LogLevelName(c.log.level)},
-        {"maxSize", c.log.max_bytes},
-        {"maxFiles", c.log.max_files}}},
-      {"inject", {{"preload", c.inject.preload}, {"library", c.inject.library}}},
-      {"preload", {{"reserve", c.preload.reserve}}},
-      {"cuda", {{"devDir", c.cuda.dev_dir}, {"procDevices", c.cuda.proc_devices}}},
-      {"agent",
-       {{"socket", c.agent.socket},
-        {"scanInterval", std::to_string(c.agent.scan_interval.count()) + "ms"},
-        {"observer", c.agent.observe ? "fanotify" : "scan"},
-        {"auditInterval", std::to_string(c.agent.audit_interval.count()) + "ms"},
-        {"metricsAddress", c.agent.metrics_address},
-        {"runtimeRoots", c.agent.runtime_roots},
-        {"dockerSocket", c.agent.docker_socket},
-        {"hostShmDirs", c.agent.host_shm_dirs},
-        {"eventSocket", c.agent.event_socket},
-        {"criSocket", c.agent.cri_socket},
-        {"stateDir", c.agent.state_dir},
-        {"reconcile", c.agent.reconcile},
-        {"tcp",
-         {{"address", c.agent.tcp.address},
-          {"mtls", !c.agent.tcp.client_ca_file.empty()},
-          {"insecure", c.agent.tcp.insecure}}},
-        {"metrics",
-         {{"maxConnections", c.agent.metrics.max_connections},
-          {"maxConnectionsPerClient", c.agent.metrics.max_connections_per_client},
-          {"headerTimeout", std::to_string(c.agent.metrics.header_timeout.count()) + "ms"},
-          {"idleTimeout", std::to_string(c.agent.metrics.idle_timeout.count()) + "ms"},
-          {"writeTimeout", std::to_string(c.agent.metrics.write_timeout.count()) + "ms"},
-          {"tls", !c.agent.metrics.cert_file.empty()},
-          {"clientCertificates", !c.agent.metrics.client_ca_file.empty()},
-          {"bearerToken", !c.agent.metrics.bearer_token_file.empty()}}},
-        {"maxWatchStreams", c.agent.max_watch_streams}}},
-      {"leaks",
-       {{"grace", std::to_string(c.leaks.grace.count()) + "s"},
-        {"reclaim", kReclaimNames[static_cast<size_t>(c.leaks.reclaim)]}}},
-  };
+  nlohmann::json out = {{"source", c.source.empty() ? "built-in defaults" : c.source}};
+  for (const Field& f : kFields) {
+    if (!f.show) continue;
+    std::string pointer(f.shown_as.empty() ? f.key : f.shown_as);
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    out[nlohmann::json::json_pointer("/" + pointer)] = f.show(c);
+  }
+  return out;
 }
 
 }  // namespace shmkeeper

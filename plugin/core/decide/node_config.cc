@@ -19,6 +19,7 @@ ContainerPolicy LoadContainerPolicy(std::string_view flag) {
   }
   if (from_env && loaded.status().code() == Code::kNotFound) {
     out.file = Status::NotFound(std::string(kConfigEnv) + " names " + path + ", which does not exist");
+    out.warnings.push_back(Status::NotFound(out.file.message() + ": using the defaults"));
   } else if (loaded.status().code() == Code::kNotFound) {
     out.file = Status::Invalid(loaded.status().message());  // --config names a missing file
   } else {

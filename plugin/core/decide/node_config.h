@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "decide/config.h"
@@ -18,6 +19,11 @@ struct ContainerPolicy {
   // used, with a warning); anything else: the file is invalid or unreadable
   // (the container passes through untouched unless onInternalError: fail).
   Status file;
+  // Problems that do not stop the container, which both mains report the
+  // same way (a "warning" line on stderr and in the decision log) before
+  // they size a container: $SHMKEEPER_CONFIG naming a missing file ("...:
+  // using the defaults").
+  std::vector<Status> warnings;
   // Whether the container may be sized with `config`.
   bool usable() const { return file.ok() || file.code() == Code::kNotFound; }
   // One phrase for the decision log: "" when the file was used, else what
@@ -26,8 +32,10 @@ struct ContainerPolicy {
 };
 
 // Loads the policy named by --config `flag` (must exist), else
-// $SHMKEEPER_CONFIG (kNotFound when it names a missing file), else
-// /etc/shmkeeper/config.yaml (optional: missing = defaults).
+// $SHMKEEPER_CONFIG (a missing file: the defaults, file kNotFound and one
+// warning), else /etc/shmkeeper/config.yaml (optional: missing = defaults,
+// silently: the usual case on a node that never wrote one). Never fails: an
+// invalid file is `file`, for the mains to pass the container through.
 ContainerPolicy LoadContainerPolicy(std::string_view flag);
 
 }  // namespace shmkeeper

@@ -65,7 +65,7 @@ using AgentLog = Reporter::Log;
 // Counters beside the snapshots, for /metrics.
 struct AgentCounters {
   std::map<std::string, int64_t> datagrams_rejected;  // by ClaimRejection name
-  std::map<std::string, int64_t> reclaim_kept;        // by SkippedLeak::reason
+  std::map<SkipReason, int64_t> reclaim_kept;         // by SkippedLeak::reason
   int64_t reclaim_errors = 0;
   int64_t reclaim_raced = 0;
   int64_t reclaim_pinned = 0;

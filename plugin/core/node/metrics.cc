@@ -79,8 +79,11 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   help("shmkeeper_reclaim_kept_total", "counter",
        "Reclaim candidates kept because the protocol found a holder, a change or an error, or the caller's "
        "deadline passed before their removal, by reason.");
-  for (const char* r : {"held", "opened", "changed", "linked", "error", "deadline"}) {
-    o << "shmkeeper_reclaim_kept_total{reason=\"" << r << "\"} " << c.reclaim_kept[r] << "\n";
+  for (SkipReason r : {SkipReason::kHeld, SkipReason::kOpened, SkipReason::kChanged, SkipReason::kLinked,
+                       SkipReason::kError, SkipReason::kDeadline}) {
+    auto it = c.reclaim_kept.find(r);
+    o << "shmkeeper_reclaim_kept_total{reason=\"" << SkipReasonName(r) << "\"} "
+      << (it == c.reclaim_kept.end() ? 0 : it->second) << "\n";
   }
   help("shmkeeper_reclaim_pinned_total", "counter",
        "Removed files whose inode outlived the reclaim: a reference /proc does not show (an O_PATH descriptor in "

@@ -96,7 +96,7 @@ struct Claim {
 };
 
 struct Skip {
-  const char* reason;
+  SkipReason reason;
   std::string message;
   bool lease_refused = false;
 };
@@ -112,27 +112,27 @@ bool SameInode(int dir, const std::string& name, const FileKey& key) {
 // other open file description can coexist with.
 std::optional<Skip> Lease(Claim* c, const std::string& proc) {
   Result<UniqueFd> dir = OpenParent(c->leak, proc, &c->base);
-  if (!dir.ok()) return Skip{"error", dir.status().message()};
+  if (!dir.ok()) return Skip{SkipReason::kError, dir.status().message()};
   c->dir = std::move(*dir);
   c->file.reset(::openat(c->dir.get(), c->base.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   if (!c->file.valid()) {
     // EWOULDBLOCK: someone else holds a lease on it, i.e. is using it.
-    return Skip{errno == EWOULDBLOCK ? "held" : "changed", Status::FromErrno(errno, "open " + c->leak.path).message(),
-                errno == EWOULDBLOCK};
+    return Skip{errno == EWOULDBLOCK ? SkipReason::kHeld : SkipReason::kChanged,
+                Status::FromErrno(errno, "open " + c->leak.path).message(), errno == EWOULDBLOCK};
   }
   struct stat st;
   if (::fstat(c->file.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != c->leak.key.dev ||
       st.st_ino != c->leak.key.ino) {
-    return Skip{"changed", "replaced since the scan"};
+    return Skip{SkipReason::kChanged, "replaced since the scan"};
   }
-  if (st.st_nlink != 1) return Skip{"linked", "has " + std::to_string(st.st_nlink) + " names"};
+  if (st.st_nlink != 1) return Skip{SkipReason::kLinked, "has " + std::to_string(st.st_nlink) + " names"};
   // An open that breaks the lease resumes a stopped agent (lease_probe.h).
   if (::fcntl(c->file.get(), F_SETSIG, SIGCONT) != 0)
-    return Skip{"error", Status::FromErrno(errno, "F_SETSIG").message()};
+    return Skip{SkipReason::kError, Status::FromErrno(errno, "F_SETSIG").message()};
   if (::fcntl(c->file.get(), F_SETLEASE, F_WRLCK) != 0) {
-    if (errno == EAGAIN) return Skip{"held", "open or mapped (the kernel refused a lease)", true};
-    return Skip{"error", Status::FromErrno(errno, "lease " + c->leak.path).message() +
-                             (errno == EINVAL ? " (reclaim needs file leases: fs.leases-enable=1)" : "")};
+    if (errno == EAGAIN) return Skip{SkipReason::kHeld, "open or mapped (the kernel refused a lease)", true};
+    return Skip{SkipReason::kError, Status::FromErrno(errno, "lease " + c->leak.path).message() +
+                                        (errno == EINVAL ? " (reclaim needs file leases: fs.leases-enable=1)" : "")};
   }
   c->handle.resize(sizeof(file_handle) + MAX_HANDLE_SZ);
   auto* fh = reinterpret_cast<file_handle*>(c->handle.data());
@@ -157,29 +157,30 @@ std::optional<Skip> Quarantine(Claim* c, const std::string& agent_id) {
   c->quarantine = QuarantineName(c->base, c->leak.key.ino, agent_id);
   if (NeedsNameXattr(c->quarantine) &&
       ::fsetxattr(c->file.get(), kQuarantineXattr, c->base.data(), c->base.size(), 0) != 0) {
-    return Skip{"error", Status::FromErrno(errno, "keep the long name of " + c->leak.path).message()};
+    return Skip{SkipReason::kError, Status::FromErrno(errno, "keep the long name of " + c->leak.path).message()};
   }
   Status s = RenameNoReplace(c->dir.get(), c->base, c->quarantine);
-  if (!s.ok()) return Skip{"error", s.message()};
+  if (!s.ok()) return Skip{SkipReason::kError, s.message()};
   c->renamed = true;
-  if (!SameInode(c->dir.get(), c->quarantine, c->leak.key)) return Skip{"changed", "replaced during the rename"};
+  if (!SameInode(c->dir.get(), c->quarantine, c->leak.key))
+    return Skip{SkipReason::kChanged, "replaced during the rename"};
   return std::nullopt;
 }
 
 // Step 4's checks, right before the unlink.
 std::optional<Skip> FinalCheck(const Claim& c, const std::map<FileKey, std::vector<HolderRef>>& holders) {
   if (auto it = holders.find(c.leak.key); it != holders.end() && !it->second.empty()) {
-    return Skip{"held", "held by pid " + std::to_string(it->second.front().pid)};
+    return Skip{SkipReason::kHeld, "held by pid " + std::to_string(it->second.front().pid)};
   }
   // A breaking lease reads as the type it is being broken to.
-  if (::fcntl(c.file.get(), F_GETLEASE) != F_WRLCK) return Skip{"opened", "opened during the check"};
+  if (::fcntl(c.file.get(), F_GETLEASE) != F_WRLCK) return Skip{SkipReason::kOpened, "opened during the check"};
   // Taking the lease again re-checks that no other open file description exists.
-  if (::fcntl(c.file.get(), F_SETLEASE, F_WRLCK) != 0) return Skip{"opened", "opened during the check"};
+  if (::fcntl(c.file.get(), F_SETLEASE, F_WRLCK) != 0) return Skip{SkipReason::kOpened, "opened during the check"};
   const std::string& name = c.renamed ? c.quarantine : c.base;  // a dry run renames nothing
-  if (!SameInode(c.dir.get(), name, c.leak.key)) return Skip{"changed", "replaced during the check"};
+  if (!SameInode(c.dir.get(), name, c.leak.key)) return Skip{SkipReason::kChanged, "replaced during the check"};
   // A hard link made meanwhile (link(2) opens nothing: the lease does not see it).
   struct stat st;
-  if (::fstat(c.file.get(), &st) != 0 || st.st_nlink != 1) return Skip{"linked", "linked during the check"};
+  if (::fstat(c.file.get(), &st) != 0 || st.st_nlink != 1) return Skip{SkipReason::kLinked, "linked during the check"};
   return std::nullopt;
 }
 
@@ -201,7 +202,7 @@ void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
 
 // The caller stopped waiting: nothing more is removed.
 bool Expired(Deadline deadline) { return std::chrono::steady_clock::now() >= deadline; }
-Skip DeadlineSkip() { return Skip{"deadline", "the caller's deadline passed before its removal"}; }
+Skip DeadlineSkip() { return Skip{SkipReason::kDeadline, "the caller's deadline passed before its removal"}; }
 
 void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, const std::string& agent_id,
                   Deadline deadline, ReclaimOutcome* out) {
@@ -229,7 +230,7 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
     std::optional<Skip> skip = FinalCheck(*c, holders);
     if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
     if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
-      skip = Skip{"error", Status::FromErrno(errno, "unlink " + c->leak.path).message()};
+      skip = Skip{SkipReason::kError, Status::FromErrno(errno, "unlink " + c->leak.path).message()};
     }
     if (skip) {
       Keep(c, *skip, out);
@@ -238,13 +239,14 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
     c->renamed = false;
     struct stat st;
     if (!dry_run && ::fstat(c->file.get(), &st) == 0 && st.st_nlink > 0) {  // linked after the final check
-      out->skipped.push_back({c->leak, "linked", "linked while it was removed: it lives on under another name"});
+      out->skipped.push_back(
+          {c->leak, SkipReason::kLinked, "linked while it was removed: it lives on under another name"});
       continue;
     }
     bool raced = !dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK;
     if (raced) ++out->raced;  // that open gets the inode once the claim lets go: not a hidden reference
     if (!dry_run && !raced && OutlivedClaim(c)) {
-      out->skipped.push_back({c->leak, "pinned",
+      out->skipped.push_back({c->leak, SkipReason::kPinned,
                               "removed, but a reference /proc does not show (an O_PATH descriptor in flight?) "
                               "still pins its memory",
                               false});
@@ -262,6 +264,28 @@ Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
 
 }  // namespace
 
+const char* SkipReasonName(SkipReason r) {
+  switch (r) {
+    case SkipReason::kHeld:
+      return "held";
+    case SkipReason::kOpened:
+      return "opened";
+    case SkipReason::kChanged:
+      return "changed";
+    case SkipReason::kLinked:
+      return "linked";
+    case SkipReason::kError:
+      return "error";
+    case SkipReason::kPinned:
+      return "pinned";
+    case SkipReason::kVerdict:
+      return "verdict";
+    case SkipReason::kDeadline:
+      return "deadline";
+  }
+  return "error";
+}
+
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc,
                             const std::string& agent_id, Deadline deadline) {
   IgnoreLeaseSignal();
@@ -274,7 +298,7 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
   };
   for (const LeakRecord& l : candidates) {
     if (!l.reclaimable) {
-      out.skipped.push_back({l, "verdict",
+      out.skipped.push_back({l, SkipReason::kVerdict,
                              l.state == LeakState::kLeaked ? "unheld for less than leaks.grace"
                                                            : "unheld, but nothing shows it was leaked"});
       continue;
@@ -286,7 +310,8 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
       }
       Status s = ReclaimSysv(l, dry_run, proc);
       if (!s.ok()) {
-        out.skipped.push_back({l, s.code() == Code::kFailedPrecondition ? "held" : "error", s.message()});
+        out.skipped.push_back(
+            {l, s.code() == Code::kFailedPrecondition ? SkipReason::kHeld : SkipReason::kError, s.message()});
         continue;
       }
       out.freed_bytes += l.bytes;

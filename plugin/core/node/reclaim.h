@@ -36,10 +36,27 @@
 
 namespace shmkeeper {
 
+// Why ReclaimLeaks kept a candidate (or, kPinned, removed it without freeing
+// its memory). The same values, in the same order, are the proto's
+// shmkeeper.v1.SkipReason (SKIP_REASON_<NAME>, UNSPECIFIED = 0 there).
+enum class SkipReason {
+  kHeld = 1,     // an fd, mapping or lease holds it (the kernel refused the lease, or /proc shows a holder)
+  kOpened = 2,   // opened while the claim was held (the lease broke)
+  kChanged = 3,  // another inode under the name since the scan or during the check
+  kLinked = 4,   // it has (or gained) a second name
+  kError = 5,    // a system call failed
+  kPinned = 6,   // removed, but a reference /proc does not show still pins its memory
+  kVerdict = 7,  // not a candidate: the latest scan did not call it leaked past leaks.grace
+  kDeadline = 8,  // the caller's deadline passed before its removal (renamed back, kept)
+};
+
+// "held", "opened", ...: the metric label (shmkeeper_reclaim_kept_total{reason})
+// and the word people read.
+const char* SkipReasonName(SkipReason r);
+
 struct SkippedLeak {
   LeakRecord leak;
-  // held, changed, linked, opened, pinned, verdict, error: a metric label.
-  std::string reason;
+  SkipReason reason = SkipReason::kError;
   std::string message;  // one line for people
   // The kernel refused the lease although the scan saw no holder: a reference
   // no /proc entry shows (an io_uring fixed file, ...). The scan then calls
@@ -57,7 +74,7 @@ struct ReclaimOutcome {
 };
 // A removed file whose inode outlived the claim (found with
 // open_by_handle_at(2) after the agent closed its own descriptor) is
-// reported as skipped with reason "pinned": its name is gone, but something
+// reported as skipped with reason kPinned: its name is gone, but something
 // the kernel does not show in /proc and that takes no lease (an O_PATH
 // descriptor in flight over SCM_RIGHTS) still references it, so its memory
 // was not freed.

@@ -64,19 +64,19 @@ void Reclaimer::Record(const ReclaimOutcome& out) {
   {
     MutexLock lock(&mu_);
     for (const SkippedLeak& k : out.skipped) {
-      if (k.reason == "verdict") continue;  // not a candidate: nothing was refused
-      if (k.reason == "pinned") {           // removed, but not freed
+      if (k.reason == SkipReason::kVerdict) continue;  // not a candidate: nothing was refused
+      if (k.reason == SkipReason::kPinned) {           // removed, but not freed
         counters_.pinned++;
         continue;
       }
       counters_.kept[k.reason]++;
-      if (k.reason == "error") counters_.errors++;
+      if (k.reason == SkipReason::kError) counters_.errors++;
     }
     counters_.raced += out.raced;
   }
   for (const SkippedLeak& k : out.skipped) {
-    if (k.reason == "error" || k.reason == "pinned") {
-      log_(LogLevel::kError, "reclaim of " + Where(k.leak) + (k.reason == "error" ? " failed: " : ": ") + k.message);
+    if (k.reason == SkipReason::kError || k.reason == SkipReason::kPinned) {
+      log_(LogLevel::kError, "reclaim of " + Where(k.leak) + (k.reason == SkipReason::kError ? " failed: " : ": ") + k.message);
     }
   }
   if (out.raced) {

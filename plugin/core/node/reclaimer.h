@@ -27,7 +27,7 @@
 namespace shmkeeper {
 
 struct ReclaimCounters {
-  std::map<std::string, int64_t> kept;  // by SkippedLeak::reason
+  std::map<SkipReason, int64_t> kept;  // by SkippedLeak::reason
   int64_t errors = 0;
   int64_t raced = 0;
   int64_t pinned = 0;

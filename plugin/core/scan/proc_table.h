@@ -55,7 +55,6 @@ struct ProcTable {
   // The host pid of `ns_pid` in pid namespace `pid_ns`, or 0 when no live
   // process has it.
   pid_t HostPid(ino_t pid_ns, pid_t ns_pid) const;
-  bool Held(const FileKey& key) const { return holders.count(key) > 0; }
   // The IPC namespace inode of `pid` (read on demand; 0 when gone).
   ino_t IpcNs(pid_t pid) const;
   std::string proc = "/proc";
