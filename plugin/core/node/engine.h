@@ -94,17 +94,17 @@ class Agent {
   Agent(const Config& config, ScanOptions scan, Os* os = Os::Default());
   ~Agent();
 
-  // Where log lines go, the reporter's included. SHMK_REQUIRES: called before
+  // Where log lines go, the reporter's included. REQUIRES: called before
   // Start(). The default drops messages.
   void SetLog(AgentLog log);
 
-  // SHMK_REQUIRES: called before Start().
+  // REQUIRES: called before Start().
   void SetReconciler(Reconciler r) SHMK_EXCLUDES(scan_mu_) {
     MutexLock l(&scan_mu_);
     reconciler_ = std::move(r);
   }
   // Where configuration problems found while scanning go (each distinct one
-  // once), e.g. RuntimeRootWarnings. SHMK_REQUIRES: called before Start().
+  // once), e.g. RuntimeRootWarnings. REQUIRES: called before Start().
   void SetWarningSink(std::function<void(const std::string&)> warn) SHMK_EXCLUDES(scan_mu_) {
     MutexLock l(&scan_mu_);
     warn_ = std::move(warn);
