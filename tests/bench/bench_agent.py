@@ -247,6 +247,8 @@ def preload():
                 ratios, agent_share, scans = [], [], []
                 for _ in range(rounds):
                     plain = workload({})
+                    if agent:
+                        time.sleep(1.2)  # the agent's reaction to the plain run's own events, not charged below
                     w0, c0 = (walks(agent), agent_cpu(agent.proc.pid)) if agent else (0, 0)
                     with_agent = workload({"LD_PRELOAD": preload_lib, "SHMKEEPER_EVENT_SOCKET": str(sock)})
                     if agent:
