@@ -88,12 +88,15 @@ static struct {
 static int reserve_on;             /* SHMKEEPER_PRELOAD_RESERVE=1|true|yes: fallocate at ftruncate */
 static struct sockaddr_un ev_addr; /* the agent's event socket */
 static socklen_t ev_addr_len;      /* 0: no events (before the constructor, or a bad path) */
+static long long ev_tat;           /* the records' rate limit (within_agent_limit) */
+static long ev_owner;              /* the pid ev_tat counts for */
 
 __attribute__((constructor)) static void shmk_init(void) {
   const char* v = getenv("SHMKEEPER_PRELOAD_RESERVE");
   const char* sock = getenv("SHMKEEPER_EVENT_SOCKET");
   size_t len;
   reserve_on = v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes"));
+  STORE(ev_owner, syscall(SYS_getpid));
   if (!sock || !*sock) sock = DEFAULT_EVENT_SOCKET;
   len = strlen(sock);
   if (len < sizeof ev_addr.sun_path) {
@@ -448,6 +451,43 @@ static int send_datagram(const char* msg, size_t len) {
   return r;
 }
 
+/* The agent's rate limit per sender (plugin/core/node/sender_limiter.h: a
+ * burst of 1000 records, then 200 a second), kept here too so that a record
+ * the agent would drop unread costs the program no system call to send it (a
+ * program creating segments in a tight loop: ~0.1x of its own CPU in
+ * fstat+sendto for records refused at the agent or, while its receiver naps,
+ * by the kernel). Generic cell rate algorithm on one atomic word, so any
+ * thread or signal handler may race here: ev_tat is when the bucket would be
+ * full again (CLOCK_MONOTONIC, ns). The sustained rate is a quarter above the
+ * agent's: the agent counts at receipt, later than the send, and a record the
+ * agent would keep must never be dropped here. Per process, as the agent
+ * counts (SCM_CREDENTIALS carries the thread group's pid): a forked child
+ * inherits its parent's count, so when the count says no, the pid is
+ * looked at (one getpid) and a child starts its own. */
+#define EV_BURST 1000LL
+#define EV_INTERVAL_NS (1000000000LL / 250)
+
+static int within_agent_limit(void) {
+  struct timespec ts;
+  long long now, tat, next;
+  long pid;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  tat = LOAD(ev_tat);
+  do {
+    long long base = tat > now ? tat : now;
+    if (base - now > (EV_BURST - 1) * EV_INTERVAL_NS) goto over;
+    next = base + EV_INTERVAL_NS;
+  } while (!__atomic_compare_exchange_n(&ev_tat, &tat, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+  return 1;
+over:
+  pid = syscall(SYS_getpid);
+  if (pid == LOAD(ev_owner)) return 0;
+  STORE(ev_owner, pid); /* a forked child: its own burst, as the agent sees it */
+  STORE(ev_tat, now + EV_INTERVAL_NS);
+  return 1;
+}
+
 /* Whether a record may be sent: the kept socket's connect is the probe. */
 static int agent_may_listen(void) {
   struct timespec now;
@@ -498,7 +538,7 @@ static void note_created(int fd, int flags, const char* path) {
     errno = saved;
     return;
   }
-  send_create(path, fd);
+  if (within_agent_limit()) send_create(path, fd);
   errno = saved;
 }
 

@@ -17,12 +17,14 @@ SIZES (default 500,1000,2000,4000) extra idle processes, idle and under churn
 run, interleaved; the default scanInterval (10 s). Also the /proc walks each
 made.
 
-  bench_agent.py preload [ROUNDS] [CYCLES]   (issue 23)
+  bench_agent.py preload [ROUNDS] [CYCLES] [OTHER_PRELOAD]   (issue 23)
 The preload's shm_open/ftruncate/mmap/munmap/shm_unlink cycle (shmgrow bench)
 on the host /dev/shm with the agent listening (event socket, /dev/shm
 watched): (workload CPU + agent CPU) / the plain program's CPU, scan mode
 beside observer, beside the observer with no datagrams (the preload finds no
-socket) and no agent at all (the preload alone), medians over ROUNDS.
+socket) and no agent at all (the preload alone), medians over ROUNDS. With
+OTHER_PRELOAD (another build's libshmkeeper-preload.so), its scan and
+observer rows too, in the same run (before/after).
 """
 import json
 import os
@@ -218,6 +220,7 @@ def preload():
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     cycles = sys.argv[3] if len(sys.argv) > 3 else "20000"
     lib = str(harness.BUILD / "plugin" / "libshmkeeper-preload.so")
+    other = sys.argv[4] if len(sys.argv) > 4 else ""  # another build's preload, for before/after rows
     tmp = Path(tempfile.mkdtemp(prefix="shmk-benchpre-"))
     tmp.chmod(0o755)
     ev = tmp / "events.sock"
@@ -233,16 +236,21 @@ def preload():
     try:
         # (label, agent mode, the workload's event socket: "" = no datagrams, only fanotify's events)
         # observer None: no agent at all, the preload alone (its socket absent)
-        for label, observer, sock in (("scan", "scan", ev), ("fanotify", "fanotify", ev),
-                                      ("fanotify, no datagrams", "fanotify", tmp / "none.sock"),
-                                      ("no agent (preload only)", None, tmp / "none.sock")):
+        rows = [("scan", "scan", ev, lib), ("fanotify", "fanotify", ev, lib),
+                ("fanotify, no datagrams", "fanotify", tmp / "none.sock", lib),
+                ("no agent (preload only)", None, tmp / "none.sock", lib)]
+        if other:
+            rows[2:2] = [("scan, other preload", "scan", ev, other), ("fanotify, other preload", "fanotify", ev, other)]
+        for label, observer, sock, preload_lib in rows:
             agent = start_bench_agent(tmp, ["/dev/shm"], observer, event_socket=ev) if observer else None
             try:
                 ratios, agent_share, scans = [], [], []
                 for _ in range(rounds):
                     plain = workload({})
+                    if agent:
+                        time.sleep(1.2)  # the agent's reaction to the plain run's own events, not charged below
                     w0, c0 = (walks(agent), agent_cpu(agent.proc.pid)) if agent else (0, 0)
-                    with_agent = workload({"LD_PRELOAD": lib, "SHMKEEPER_EVENT_SOCKET": str(sock)})
+                    with_agent = workload({"LD_PRELOAD": preload_lib, "SHMKEEPER_EVENT_SOCKET": str(sock)})
                     if agent:
                         time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
                     a = agent_cpu(agent.proc.pid) - c0 if agent else 0

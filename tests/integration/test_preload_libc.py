@@ -411,3 +411,85 @@ def test_the_opt_in_reservation_backs_every_page():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+# In a network namespace of its own (net.unix.max_dgram_qlen is per namespace,
+# raised there): a listener thread, and a program that creates 1,500 files in
+# a tight loop, then forks a child that creates 300. Every 100 creates the
+# program waits until its kept socket has nothing in flight (SIOCOUTQ), so
+# the kernel drops none (a socket's send buffer holds ~270 datagrams) and the
+# counts are the library's alone.
+LIMIT_PROGRAM = r"""
+import array, fcntl, os, stat, sys, termios, time
+base = sys.argv[1]
+def settle():
+    for fd in (int(x) for x in os.listdir("/proc/self/fd")):
+        if fd >= 64 and stat.S_ISSOCK(os.fstat(fd).st_mode):
+            out = array.array("i", [1])
+            while fcntl.ioctl(fd, termios.TIOCOUTQ, out) == 0 and out[0] > 0:
+                time.sleep(0.001)
+def create(tag, i):
+    fd = os.open(f"{base}/{tag}{i}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.close(fd)
+    os.unlink(f"{base}/{tag}{i}")
+    if i % 100 == 99:
+        settle()
+t0 = time.monotonic()
+for i in range(1500):
+    create("p", i)
+elapsed = time.monotonic() - t0
+pid = os.fork()
+if pid == 0:
+    for i in range(300):
+        create("c", i)
+    os._exit(0)
+os.waitpid(pid, 0)
+print(elapsed, pid, flush=True)
+"""
+LIMIT = r"""
+import os, socket, subprocess, sys, threading
+base, sock, program = sys.argv[1], sys.argv[2], sys.argv[3]
+with open("/proc/sys/net/unix/max_dgram_qlen", "w") as f:
+    f.write("4096")
+agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+agent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+agent.bind(sock)
+agent.settimeout(0.5)
+got, done = {}, threading.Event()
+def listen():
+    while True:
+        try:
+            _, anc, _, _ = agent.recvmsg(4096, socket.CMSG_SPACE(12))
+        except socket.timeout:
+            if done.is_set():
+                return
+            continue
+        pid = next(int.from_bytes(d[:4], sys.byteorder) for l, t, d in anc if t == socket.SCM_CREDENTIALS)
+        got[pid] = got.get(pid, 0) + 1
+listener = threading.Thread(target=listen)
+listener.start()
+p = subprocess.run([sys.executable, "-c", program, base], capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, SHMKEEPER_EVENT_SOCKET=sock))
+done.set()
+listener.join()
+assert p.returncode == 0, p.stderr
+elapsed, child = p.stdout.split()
+print(elapsed, got.get(int(child), 0), sum(v for k, v in got.items() if k != int(child)))
+"""
+
+
+def test_records_over_the_agents_rate_limit_are_not_sent(tmp_path, shm_dir):
+    """The library keeps the agent's per-sender limit (sender_limiter.h: a burst of 1000, then 200 a second;
+    here 250, a margin for the agent counting at receipt): a program creating 1,500 segments in a tight loop
+    sends 1,000 records plus what its elapsed time refills, and no more; a child forked with its parent's
+    burst spent still sends its own (all of its 300: the agent counts it apart). The kernel drops nothing
+    (a network namespace with a long datagram queue), so the counts are the library's alone."""
+    require(os.geteuid() == 0, "needs root (a network namespace)")
+    p = subprocess.run(["unshare", "-n", "/usr/bin/python3", "-c", LIMIT, shm_dir, str(tmp_path / "events.sock"),
+                        LIMIT_PROGRAM],
+                       env=dict(os.environ, LD_PRELOAD=str(PRELOAD)), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    elapsed, child, parent = p.stdout.split()
+    assert int(child) == 300, p.stdout  # its own burst: the inherited one was spent
+    assert 1000 <= int(parent) <= 1000 + 250 * float(elapsed) + 1, p.stdout
+    assert int(parent) < 1500, p.stdout  # the positive control: the loop did outrun the limit

@@ -85,7 +85,16 @@ void EventReceiver::Run() {
   // lets through ~5,500 datagrams a second, about the limit for all senders
   // together (sender_limiter.h).
   constexpr int kNapMs = 2;
+  // A record is read kSettleMs after the first of a batch arrived: the
+  // records of segments created and removed at once (a program cycling
+  // through segments) then fail at the file's lookup, three system calls,
+  // instead of being verified while the file briefly exists (~15 on /proc).
+  // The cost: the record of a creator that dies within kSettleMs of its
+  // create is refused (the sender is gone), and that segment is judged
+  // without it (kept, unless its name says its creator).
+  constexpr int kSettleMs = 5;
   while (WaitReadable(sock_.get(), stop_.get())) {
+    if (Stopping(stop_.get(), kSettleMs)) break;
     bool over_limit = false;
     for (int i = 0; i < kBatch && ReceiveOne(&over_limit); ++i) {
     }
