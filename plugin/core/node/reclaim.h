@@ -40,13 +40,13 @@ namespace shmkeeper {
 // its memory). The same values, in the same order, are the proto's
 // shmkeeper.v1.SkipReason (SKIP_REASON_<NAME>, UNSPECIFIED = 0 there).
 enum class SkipReason {
-  kHeld = 1,     // an fd, mapping or lease holds it (the kernel refused the lease, or /proc shows a holder)
-  kOpened = 2,   // opened while the claim was held (the lease broke)
-  kChanged = 3,  // another inode under the name since the scan or during the check
-  kLinked = 4,   // it has (or gained) a second name
-  kError = 5,    // a system call failed
-  kPinned = 6,   // removed, but a reference /proc does not show still pins its memory
-  kVerdict = 7,  // not a candidate: the latest scan did not call it leaked past leaks.grace
+  kHeld = 1,      // an fd, mapping or lease holds it (the kernel refused the lease, or /proc shows a holder)
+  kOpened = 2,    // opened while the claim was held (the lease broke)
+  kChanged = 3,   // another inode under the name since the scan or during the check
+  kLinked = 4,    // it has (or gained) a second name
+  kError = 5,     // a system call failed
+  kPinned = 6,    // removed, but a reference /proc does not show still pins its memory
+  kVerdict = 7,   // not a candidate: the latest scan did not call it leaked past leaks.grace
   kDeadline = 8,  // the caller's deadline passed before its removal (renamed back, kept)
 };
 

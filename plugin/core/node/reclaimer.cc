@@ -76,7 +76,8 @@ void Reclaimer::Record(const ReclaimOutcome& out) {
   }
   for (const SkippedLeak& k : out.skipped) {
     if (k.reason == SkipReason::kError || k.reason == SkipReason::kPinned) {
-      log_(LogLevel::kError, "reclaim of " + Where(k.leak) + (k.reason == SkipReason::kError ? " failed: " : ": ") + k.message);
+      log_(LogLevel::kError,
+           "reclaim of " + Where(k.leak) + (k.reason == SkipReason::kError ? " failed: " : ": ") + k.message);
     }
   }
   if (out.raced) {
