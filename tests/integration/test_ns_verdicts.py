@@ -254,13 +254,6 @@ def test_one_agent_per_state_dir(tmp_path, shm):
             q = run([CLI, "reclaim", "--yes", "--agent", sock], check=False)
             assert q.returncode != 0 and "read-only" in q.stderr, (q.returncode, q.stdout, q.stderr)
             assert seg.exists()
-            # The first agent, with the read-only one beside it, still calls
-            # the leak leaked and reclaims it: each agent's lease probes are
-            # not "use" to the other's observer (they kept every file in
-            # use for each other, forever, before).
-            first.wait_scans(3)
-            r = first.cli("reclaim", "--yes", check=False)
-            assert r.returncode == 0 and not seg.exists(), (r.returncode, r.stdout, r.stderr)
         finally:
             ro.terminate()
             ro.wait(timeout=10)

@@ -7,22 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <string>
 
 #include "scan/lease_probe.h"
 
 namespace shmkeeper {
-namespace {
-
-// readlink(2) of a /proc magic link, "" when it cannot be read.
-std::string ReadLink(const std::string& path) {
-  char buf[4096];
-  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
-  return n > 0 && static_cast<size_t>(n) < sizeof buf ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-}  // namespace
-
 namespace {
 
 constexpr size_t kMaxPids = 8;
@@ -50,8 +38,6 @@ Status Observer::Start() {
   stop_.reset(::eventfd(0, EFD_CLOEXEC));
   if (!stop_.valid()) return Status::FromErrno(errno, "eventfd");
   self_ = ::getpid();
-  self_exe_ = ReadLink("/proc/self/exe");
-  self_mnt_ = ReadLink("/proc/self/ns/mnt");
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();
 }
@@ -222,7 +208,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   // The agent's own renames and removals (reclaim, quarantine) change what a
   // listing holds too; they are not use.
   if (e.mask & kChange) layout_[e.dev]++;
-  if (e.pid == self_ || IsAgentLocked(e.pid)) return;  // the agents' own probes and reclaim
+  if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
   if (e.ino == 0) {  // cannot tell which file: all of that filesystem
@@ -240,16 +226,6 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   }
 }
 
-bool Observer::IsAgentLocked(pid_t pid) {
-  if (pid <= 0 || self_exe_.empty() || self_mnt_.empty()) return false;
-  auto [it, fresh] = agents_.try_emplace(pid, false);
-  if (fresh) {
-    std::string proc = "/proc/" + std::to_string(pid);
-    it->second = ReadLink(proc + "/exe") == self_exe_ && ReadLink(proc + "/ns/mnt") == self_mnt_;
-  }
-  return it->second;
-}
-
 void Observer::Drain() {
   if (!fan_) return;
   bool changed = false, overflow = false;
@@ -258,10 +234,6 @@ void Observer::Drain() {
     // read so far (by either thread) has been applied.
     MutexLock one(&drain_mu_);
     auto now = Clock::now();
-    {
-      MutexLock l(&mu_);
-      agents_.clear();  // a pid's answer holds for one drain (pids are reused)
-    }
     bool ok = fan_->Read([&](const FanEvent& e) {
       MutexLock l(&mu_);
       counters_.events++;

@@ -137,13 +137,6 @@ class Observer {
   };
   void Run();
   void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) SHMK_REQUIRES(mu_);
-  // Whether `pid` is another shmkeeperd of this node (a --read-only agent
-  // beside this one, or this one restarted): its lease probes open files as
-  // ours do, and two agents that took each other's probes for use would each
-  // keep every file "in use" forever. Told by two magic links that touch no
-  // file system: the same executable path and the same mount namespace as
-  // this process (a container cannot forge both). Cached for one drain.
-  bool IsAgentLocked(pid_t pid) SHMK_REQUIRES(mu_);
   // The floor below which cached verdicts and activity times are stale for
   // files on `dev`. REQUIRES: mu_ held.
   std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
@@ -157,7 +150,6 @@ class Observer {
   UniqueFd stop_;
   std::thread thread_;
   pid_t self_ = 0;
-  std::string self_exe_, self_mnt_;           // readlink of /proc/self/exe and ns/mnt (empty: unknown)
   Mutex drain_mu_ SHMK_ACQUIRED_BEFORE(mu_);  // serialises Drain
   mutable Mutex mu_;
   std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
@@ -166,7 +158,6 @@ class Observer {
   std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
   std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow
   ObserverCounters counters_ SHMK_GUARDED_BY(mu_);
-  std::map<pid_t, bool> agents_ SHMK_GUARDED_BY(mu_);  // IsAgentLocked's answers in this drain
   std::atomic<bool> overflow_pending_{false};
 };
 
