@@ -15,6 +15,7 @@
 
 #include "server.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
+#include "support/temp_dir.h"
 
 namespace shmkeeper::agent {
 namespace {
@@ -22,9 +23,7 @@ namespace {
 class ReclaimRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shmk-reclaim-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     shm_ = dir_ + "/shm";
     ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
     config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
@@ -54,7 +53,6 @@ class ReclaimRpcTest : public ::testing::Test {
   void TearDown() override {
     server_.reset();
     agent_.reset();
-    (void)std::system(("rm -rf " + dir_).c_str());
   }
 
   // `n` leaked files: named by a creator pid that is dead.
@@ -97,6 +95,7 @@ class ReclaimRpcTest : public ::testing::Test {
     return stub_->ReclaimLeaks(&ctx, req, resp);
   }
 
+  test::TempDir tmp_{"/tmp/shmk-reclaim-"};  // removed after the agent (declared first)
   std::string dir_, shm_;
   pid_t dead_ = 0;
   Config config_;
