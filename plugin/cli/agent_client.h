@@ -26,7 +26,11 @@ struct AgentFlags {
   void Add(CLI::App* cmd, bool with_output = true);
 };
 
-// A stub for the agent at `flags.agent`, or a usage error.
+// The largest reply the CLI accepts from the agent (gRPC's default is 4 MiB).
+inline constexpr int kMaxAgentReply = 1 << 30;
+
+// A stub for the agent at `flags.agent`, or a usage error. Replies up to
+// kMaxAgentReply are accepted.
 Result<std::unique_ptr<v1::ShmKeeper::Stub>> Connect(const AgentFlags& flags);
 
 // A failed RPC as a Status that names the agent address.
