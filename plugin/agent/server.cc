@@ -205,6 +205,12 @@ Result<std::string> ProbeOverHttp(const Config& config) {
   return res->body;
 }
 
+std::string WatchMetrics(const ShmKeeperService& service) {
+  return "# HELP shmkeeper_watch_streams Watch streams subscribed to the agent's events now (at most "
+         "agent.maxWatchStreams).\n# TYPE shmkeeper_watch_streams gauge\nshmkeeper_watch_streams " +
+         std::to_string(service.watch_subscribed()) + "\n";
+}
+
 }  // namespace
 
 ServerOptions ServerOptions::FromConfig(const Config& c) {
@@ -281,9 +287,11 @@ Status AgentServer::StartHttp() {
   guard_ = std::make_unique<HttpGuard>(opts_.http_limits);
   Agent* agent = agent_;
   HttpGuard* guard = guard_.get();
-  http_->Get("/metrics", [agent, guard](const httplib::Request&, httplib::Response& res) {
+  const ShmKeeperService* service = service_.get();
+  http_->Get("/metrics", [agent, guard, service](const httplib::Request&, httplib::Response& res) {
     std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
-    res.set_content(RenderMetrics(snap.get(), *agent) + guard->RenderMetrics(), "text/plain; version=0.0.4");
+    res.set_content(RenderMetrics(snap.get(), *agent) + guard->RenderMetrics() + WatchMetrics(*service),
+                    "text/plain; version=0.0.4");
   });
   std::string unix_socket = opts_.unix_socket;
   http_->Get("/healthz", [agent, unix_socket](const httplib::Request&, httplib::Response& res) {

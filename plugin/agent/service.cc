@@ -99,6 +99,8 @@ grpc::Status ShmKeeperService::Watch(grpc::ServerContext* ctx, const v1::WatchRe
     ~Release() { n->fetch_sub(1); }
   } release{&watch_streams_};
   std::unique_ptr<EventHub::Subscription> sub = agent_->events().Subscribe();
+  watch_subscribed_.fetch_add(1);
+  Release unsubscribed{&watch_subscribed_};  // destroyed before `sub`: never counted while unsubscribed
   // The stream's headers go out once the subscription exists: a client that
   // waits for them (ClientReader::WaitForInitialMetadata) misses no event
   // after that, whether or not one follows soon.

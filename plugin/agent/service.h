@@ -24,10 +24,15 @@ class ShmKeeperService final : public v1::ShmKeeper::Service {
   grpc::Status Watch(grpc::ServerContext*, const v1::WatchRequest*, grpc::ServerWriter<v1::Event>*) override;
 
   int watch_streams() const { return watch_streams_.load(); }
+  // Streams subscribed to the agent's events now (the gauge
+  // shmkeeper_watch_streams): a stream counts from the moment no event can
+  // pass it by, so a client or test can wait on it instead of on time.
+  int watch_subscribed() const { return watch_subscribed_.load(); }
 
  private:
-  Agent* agent_;  // not owned; outlives the service
-  std::atomic<int> watch_streams_{0};
+  Agent* agent_;                          // not owned; outlives the service
+  std::atomic<int> watch_streams_{0};     // admitted (the agent.maxWatchStreams cap)
+  std::atomic<int> watch_subscribed_{0};  // subscribed
 };
 
 }  // namespace shmkeeper::agent

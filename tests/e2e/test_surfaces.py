@@ -212,7 +212,7 @@ def test_hostile_names_are_escaped_in_every_table_and_exact_in_json(agent):
     watch = subprocess.Popen([str(CLI), "watch", "--agent", str(sock)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
     try:
-        time.sleep(1)  # subscribed
+        agent.wait_watching()
         with open(os.path.join(os.fsencode(shm), HOSTILE_FILE), "wb") as f:
             f.write(b"\xa5" * 4096)
         want_path = str(shm) + "/" + HOSTILE_FILE[:-1].decode() + "\\xff"  # the agent's JSON: bytes that are not UTF-8 as \xNN
@@ -222,6 +222,8 @@ def test_hostile_names_are_escaped_in_every_table_and_exact_in_json(agent):
     finally:
         watch.terminate()
         watch_out = watch.communicate(timeout=10)[0]
+    # The gauge the wait above relies on goes back down when the client goes.
+    wait_for(lambda: agent.metrics().get("shmkeeper_watch_streams") == 0, timeout=20, what="no watch stream")
     leaks = run_bytes("leaks", "--agent", sock)
     assert_safe_table(leaks, b"forged-row", HOSTILE_FILE_SHOWN, "leaks")
     assert_safe_table(leaks, b"forged-pod", HOSTILE_DIR_SHOWN, "leaks")

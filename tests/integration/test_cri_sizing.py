@@ -263,11 +263,12 @@ def test_a_pod_first_seen_over_80_percent_full_gets_the_event(auto_containerd, p
     root.mkdir()
     base = tmp_path / "fresh"
     base.mkdir()
-    a = AgentProcess(base, agent_config(base, roots=[root])).start()
+    a = AgentProcess(base, agent_config(base, roots=[root]).replace('metricsAddress: ""',
+                                                                   'metricsAddress: "127.0.0.1:0"')).start()
     watch = subprocess.Popen([CLI, "watch", "-n", "ml", "--agent", a.sock, "-o", "json"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:
-        time.sleep(1)  # subscribed
+        a.wait_watching()
         for cid in (pod.id, pod.containers["main"]):
             (root / cid).mkdir()
             shutil.copy(engine.runc_root / "k8s.io" / cid / "state.json", root / cid / "state.json")

@@ -326,6 +326,13 @@ class AgentProcess:
         """wait_scans on this agent's socket."""
         wait_scans(self.sock, n, timeout)
 
+    def wait_watching(self, n=1, timeout=20):
+        """Waits until `n` Watch streams are subscribed (the agent's gauge
+        shmkeeper_watch_streams; needs agent.metricsAddress): an event the
+        agent publishes from then on reaches them."""
+        wait_for(lambda: self.metrics().get("shmkeeper_watch_streams", 0) >= n, timeout=timeout, interval=0.05,
+                 what=f"{n} subscribed watch stream(s)")
+
     def stop(self):
         stop_process(self.proc, timeout=10)
         self.proc = None
