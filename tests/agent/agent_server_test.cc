@@ -23,6 +23,7 @@
 #include "node/metrics.h"
 #include "server.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
+#include "support/served_agent.h"
 #include "support/temp_dir.h"
 
 namespace shmkeeper::agent {
@@ -34,24 +35,8 @@ class AgentServerTest : public ::testing::Test {
     ASSERT_TRUE(tmp_.ok());
     dir_ = tmp_.path();
     shm_ = dir_ + "/shm";
-    ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
-    config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
-    config_.leaks.grace = std::chrono::seconds(0);
     config_.agent.event_socket = dir_ + "/events.sock";
-    ScanOptions scan;
-    scan.runtime_roots = {dir_ + "/no-runtime"};
-    scan.docker_socket = "";
-    scan.host_shm_dirs = {shm_};
-    scan.grace = config_.leaks.grace;
-    agent_ = std::make_unique<Agent>(config_, scan);
-    ASSERT_TRUE(agent_->Start().ok());
-    ServerOptions opts;
-    opts.unix_socket = dir_ + "/agent.sock";
-    opts.metrics_address = "127.0.0.1:0";
-    server_ = std::make_unique<AgentServer>(agent_.get(), opts);
-    ASSERT_TRUE(server_->Start().ok());
-    channel_ = grpc::CreateChannel("unix://" + opts.unix_socket, grpc::InsecureChannelCredentials());
-    stub_ = v1::ShmKeeper::NewStub(channel_);
+    ASSERT_TRUE(served_.Start(&config_, dir_, "127.0.0.1:0"));
   }
 
   void TearDown() override {
@@ -59,8 +44,7 @@ class AgentServerTest : public ::testing::Test {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
     }
-    server_.reset();
-    agent_.reset();
+    served_.Stop();
   }
 
   void Write(const std::string& name, size_t bytes) {
@@ -97,16 +81,13 @@ class AgentServerTest : public ::testing::Test {
 
   grpc::Status ListPods(const v1::ListPodsRequest& req, v1::ListPodsResponse* resp) {
     grpc::ClientContext ctx;
-    return stub_->ListPods(&ctx, req, resp);
+    return served_.stub->ListPods(&ctx, req, resp);
   }
 
   test::TempDir tmp_{"/tmp/shmk-agent-"};
   std::string dir_, shm_;
   Config config_;
-  std::unique_ptr<Agent> agent_;
-  std::unique_ptr<AgentServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::ShmKeeper::Stub> stub_;
+  test::ServedAgent served_;
   std::vector<pid_t> children_;
 };
 
@@ -118,10 +99,10 @@ TEST_F(AgentServerTest, SocketIsOwnerAndGroupOnly) {
 
 TEST_F(AgentServerTest, NodeAndPods) {
   Write("a", 1 << 20);
-  agent_->ScanNow();
+  served_.agent->ScanNow();
   grpc::ClientContext ctx;
   v1::GetNodeResponse node;
-  ASSERT_TRUE(stub_->GetNode(&ctx, {}, &node).ok());
+  ASSERT_TRUE(served_.stub->GetNode(&ctx, {}, &node).ok());
   EXPECT_EQ(node.node().pod_count(), 1);
   EXPECT_GE(node.node().scans(), 2);
   v1::ListPodsResponse pods;
@@ -133,15 +114,15 @@ TEST_F(AgentServerTest, NodeAndPods) {
   v1::GetPodRequest req;
   req.set_name(shm_);
   v1::GetPodResponse pod;
-  ASSERT_TRUE(stub_->GetPod(&ctx2, req, &pod).ok());
+  ASSERT_TRUE(served_.stub->GetPod(&ctx2, req, &pod).ok());
   EXPECT_EQ(pod.pod().top_segments(0).path(), shm_ + "/a");
 }
 
 TEST_F(AgentServerTest, PeakUsageOutlivesTheFiles) {
   Write("big", 3 << 20);
-  agent_->ScanNow();
+  served_.agent->ScanNow();
   ::unlink((shm_ + "/big").c_str());
-  agent_->ScanNow();
+  served_.agent->ScanNow();
   v1::ListPodsResponse pods;
   ASSERT_TRUE(ListPods({}, &pods).ok());
   ASSERT_EQ(pods.pods_size(), 1);
@@ -172,26 +153,26 @@ TEST_F(AgentServerTest, BadRequestsGetCodesAndMessages) {
     grpc::ClientContext ctx;
     v1::GetPodRequest req;
     req.set_uid("no-such-pod");
-    grpc::Status s = stub_->GetPod(&ctx, req, &pod);
+    grpc::Status s = served_.stub->GetPod(&ctx, req, &pod);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
     EXPECT_NE(s.error_message().find("no-such-pod"), std::string::npos);
   }
   {
     grpc::ClientContext ctx;
-    EXPECT_EQ(stub_->GetPod(&ctx, {}, &pod).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(served_.stub->GetPod(&ctx, {}, &pod).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
     grpc::ClientContext ctx;
     v1::GetPodRequest req;
     req.set_container_id("ab");
-    EXPECT_EQ(stub_->GetPod(&ctx, req, &pod).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(served_.stub->GetPod(&ctx, req, &pod).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
     grpc::ClientContext ctx;
     v1::ReclaimLeaksRequest req;
     req.add_paths("relative");
     v1::ReclaimLeaksResponse resp;
-    EXPECT_EQ(stub_->ReclaimLeaks(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(served_.stub->ReclaimLeaks(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   // Still serving.
   v1::ListPodsResponse ok;
@@ -206,10 +187,10 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   Write("plain", 1 << 20);                                  // unheld: creator unknown
   Write("torch_" + std::to_string(dead) + "_held", 1 << 20);
   Hold("torch_" + std::to_string(dead) + "_held");  // held: never a leak
-  agent_->ScanNow();
+  served_.agent->ScanNow();
   grpc::ClientContext ctx;
   v1::ListLeaksResponse leaks;
-  ASSERT_TRUE(stub_->ListLeaks(&ctx, {}, &leaks).ok());
+  ASSERT_TRUE(served_.stub->ListLeaks(&ctx, {}, &leaks).ok());
   std::map<std::string, v1::Leak> by_path;
   for (const v1::Leak& l : leaks.leaks()) by_path[l.path().substr(shm_.size() + 1)] = l;
   ASSERT_EQ(by_path.size(), 3u);
@@ -225,7 +206,7 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   v1::ReclaimLeaksResponse dry;
   {
     grpc::ClientContext c;
-    ASSERT_TRUE(stub_->ReclaimLeaks(&c, {}, &dry).ok());
+    ASSERT_TRUE(served_.stub->ReclaimLeaks(&c, {}, &dry).ok());
   }
   EXPECT_TRUE(dry.dry_run());
   EXPECT_EQ(dry.reclaimed_size(), 1);
@@ -236,7 +217,7 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
   v1::ReclaimLeaksResponse real;
   {
     grpc::ClientContext c;
-    ASSERT_TRUE(stub_->ReclaimLeaks(&c, req, &real).ok());
+    ASSERT_TRUE(served_.stub->ReclaimLeaks(&c, req, &real).ok());
   }
   EXPECT_EQ(real.reclaimed_size(), 1) << real.DebugString();
   EXPECT_EQ(real.freed_bytes(), 1 << 20);
@@ -261,10 +242,10 @@ TEST_F(AgentServerTest, LeaksAreClassifiedAndReclaimedSafely) {
 TEST_F(AgentServerTest, WatchStreamsEvents) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  std::unique_ptr<grpc::ClientReader<v1::Event>> reader = stub_->Watch(&ctx, {});
+  std::unique_ptr<grpc::ClientReader<v1::Event>> reader = served_.stub->Watch(&ctx, {});
   reader->WaitForInitialMetadata();  // subscribed
   Write("torch_" + std::to_string(DeadPid()) + "_0", 4096);
-  agent_->ScanNow();
+  served_.agent->ScanNow();
   v1::Event e;
   ASSERT_TRUE(reader->Read(&e));
   EXPECT_EQ(e.type(), v1::EVENT_TYPE_LEAK_FOUND);
@@ -345,7 +326,7 @@ TEST_F(AgentServerTest, WatchStreamsOverTheCapGetResourceExhausted) {
 
 TEST_F(AgentServerTest, HealthAndMetrics) {
   // grpc.health.v1.Health/Check with an empty request: SERVING is field 1 = 1.
-  grpc::GenericStub generic(channel_);
+  grpc::GenericStub generic(served_.channel);
   grpc::ClientContext ctx;
   grpc::Slice empty("", 0);
   grpc::ByteBuffer request(&empty, 1), response;
@@ -359,9 +340,9 @@ TEST_F(AgentServerTest, HealthAndMetrics) {
   for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 
-  httplib::Client http("127.0.0.1", server_->metrics_port());
+  httplib::Client http("127.0.0.1", served_.server->metrics_port());
   Write("x", 8192);
-  agent_->ScanNow();
+  served_.agent->ScanNow();
   auto ready = http.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
@@ -376,19 +357,19 @@ TEST_F(AgentServerTest, HealthAndMetrics) {
 // reason, and `shmkeeperd --probe` (ProbeHealth) follows the configured address.
 TEST_F(AgentServerTest, LivenessReportsAStalledScanLoopAndLostSockets) {
   const std::string sock = dir_ + "/agent.sock";
-  httplib::Client http("127.0.0.1", server_->metrics_port());
+  httplib::Client http("127.0.0.1", served_.server->metrics_port());
   auto live = http.Get("/healthz");
   ASSERT_TRUE(live);
   EXPECT_EQ(live->status, 200);
   EXPECT_EQ(live->body, "ok\n");
   Config probe_config = config_;
   probe_config.agent.socket = sock;
-  probe_config.agent.metrics_address = "0.0.0.0:" + std::to_string(server_->metrics_port());
+  probe_config.agent.metrics_address = "0.0.0.0:" + std::to_string(served_.server->metrics_port());
   Result<std::string> probe = ProbeHealth(probe_config);
   ASSERT_TRUE(probe.ok()) << probe.status().message();
 
   // Four hours on, the hourly scan loop has missed three scans.
-  HealthReport later = CheckHealth(*agent_, sock, std::chrono::system_clock::now() + std::chrono::hours(4));
+  HealthReport later = CheckHealth(*served_.agent, sock, std::chrono::system_clock::now() + std::chrono::hours(4));
   ASSERT_EQ(later.problems.size(), 1u);
   EXPECT_NE(later.problems[0].find("scan loop stalled"), std::string::npos) << later.problems[0];
 
@@ -427,17 +408,18 @@ bool Eventually(const Agent& a, double seconds, F done) {
 // The periodic scan is an hour away: only inotify can make the agent see a
 // new file in a watched shm directory.
 TEST_F(AgentServerTest, AFileInAWatchedDirectoryTriggersAScan) {
-  int64_t before = agent_->Snapshot()->scans;
+  int64_t before = served_.agent->Snapshot()->scans;
   Write("fresh", 4096);
-  EXPECT_TRUE(Eventually(
-      *agent_, 5, [&](const NodeSnapshot& s) { return s.scans > before && !s.pods.empty() && s.pods[0].files == 1; }));
+  EXPECT_TRUE(Eventually(*served_.agent, 5, [&](const NodeSnapshot& s) {
+    return s.scans > before && !s.pods.empty() && s.pods[0].files == 1;
+  }));
 }
 
 // A datagram on the event socket (the hook's poststop) wakes the agent too.
 TEST_F(AgentServerTest, AStoppedEventTriggersAScan) {
-  int64_t before = agent_->Snapshot()->scans;
+  int64_t before = served_.agent->Snapshot()->scans;
   ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
-  EXPECT_TRUE(Eventually(*agent_, 5, [&](const NodeSnapshot& s) { return s.scans > before; }));
+  EXPECT_TRUE(Eventually(*served_.agent, 5, [&](const NodeSnapshot& s) { return s.scans > before; }));
   struct stat st;
   ASSERT_EQ(::stat((dir_ + "/events.sock").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666u);  // any container user may send; nothing in a payload is trusted
@@ -446,15 +428,16 @@ TEST_F(AgentServerTest, AStoppedEventTriggersAScan) {
 // Tests wait for "scan N completed", not for wall time: the count moves with
 // each published scan and WaitForScan wakes on it (and times out without one).
 TEST_F(AgentServerTest, ScanCompletionCanBeAwaited) {
-  uint64_t before = agent_->scans_completed();
+  uint64_t before = served_.agent->scans_completed();
   EXPECT_GE(before, 1u);  // the startup scan ran before Start returned
-  EXPECT_FALSE(agent_->WaitForScan(before, std::chrono::milliseconds(50)));  // the next periodic scan is an hour away
-  std::thread scanner([&] { agent_->ScanNow(); });
-  EXPECT_TRUE(agent_->WaitForScan(before, std::chrono::seconds(10)));
+  EXPECT_FALSE(
+      served_.agent->WaitForScan(before, std::chrono::milliseconds(50)));  // the next periodic scan is an hour away
+  std::thread scanner([&] { served_.agent->ScanNow(); });
+  EXPECT_TRUE(served_.agent->WaitForScan(before, std::chrono::seconds(10)));
   scanner.join();
-  EXPECT_EQ(agent_->scans_completed(), before + 1);
+  EXPECT_EQ(served_.agent->scans_completed(), before + 1);
   ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
-  EXPECT_TRUE(agent_->WaitForScan(before + 1, std::chrono::seconds(10)));  // a poke's scan counts too
+  EXPECT_TRUE(served_.agent->WaitForScan(before + 1, std::chrono::seconds(10)));  // a poke's scan counts too
 }
 
 // ---- errors survived: counted, logged, on /metrics --------------------------
@@ -566,7 +549,7 @@ TEST_F(AgentServerTest, AWatcherThatCannotStartIsCountedAndLogged) {
 // A datagram over the receive buffer arrives truncated and is refused as
 // malformed, counted like any other.
 TEST_F(AgentServerTest, AnOversizedDatagramIsCountedAsMalformed) {
-  int64_t before = agent_->counters().datagrams_rejected["malformed"];
+  int64_t before = served_.agent->counters().datagrams_rejected["malformed"];
   UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -576,15 +559,15 @@ TEST_F(AgentServerTest, AnOversizedDatagramIsCountedAsMalformed) {
             static_cast<ssize_t>(big.size()));
   // One thread takes the datagrams in order: once the "stopped" sent after
   // it has made its scan, the oversized one has been judged.
-  uint64_t scans = agent_->scans_completed();
+  uint64_t scans = served_.agent->scans_completed();
   ASSERT_TRUE(SendEvent(dir_ + "/events.sock", R"({"type":"stopped","id":"x"})").ok());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (agent_->counters().datagrams_rejected["malformed"] == before) {
+  while (served_.agent->counters().datagrams_rejected["malformed"] == before) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || !agent_->WaitForScan(scans, left)) break;
-    scans = agent_->scans_completed();
+    if (left.count() <= 0 || !served_.agent->WaitForScan(scans, left)) break;
+    scans = served_.agent->scans_completed();
   }
-  EXPECT_EQ(agent_->counters().datagrams_rejected["malformed"], before + 1);
+  EXPECT_EQ(served_.agent->counters().datagrams_rejected["malformed"], before + 1);
 }
 
 // A sender the agent cannot see (outside its pid namespace) arrives without a

@@ -15,6 +15,7 @@
 
 #include "server.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
+#include "support/served_agent.h"
 #include "support/temp_dir.h"
 
 namespace shmkeeper::agent {
@@ -23,37 +24,19 @@ namespace {
 class ReclaimRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_TRUE(tmp_.ok());
     dir_ = tmp_.path();
     shm_ = dir_ + "/shm";
-    ASSERT_EQ(::mkdir(shm_.c_str(), 0777), 0);
-    config_.agent.scan_interval = std::chrono::milliseconds(3600 * 1000);  // scans only on demand
-    config_.leaks.grace = std::chrono::seconds(0);
     config_.agent.event_socket = "";
     config_.agent.observe = false;  // no fanotify: scans come from ScanNow, the reclaim and inotify alone
-    ScanOptions scan;
-    scan.runtime_roots = {dir_ + "/no-runtime"};
-    scan.docker_socket = "";
-    scan.host_shm_dirs = {shm_};
-    scan.grace = config_.leaks.grace;
-    agent_ = std::make_unique<Agent>(config_, scan);
-    ASSERT_TRUE(agent_->Start().ok());
-    ServerOptions opts;
-    opts.unix_socket = dir_ + "/agent.sock";
-    opts.metrics_address = "";
-    server_ = std::make_unique<AgentServer>(agent_.get(), opts);
-    ASSERT_TRUE(server_->Start().ok());
-    stub_ =
-        v1::ShmKeeper::NewStub(grpc::CreateChannel("unix://" + opts.unix_socket, grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(served_.Start(&config_, dir_, /*metrics_address=*/""));
     pid_t pid = ::fork();
     if (pid == 0) ::_exit(0);
     ::waitpid(pid, nullptr, 0);
     dead_ = pid;
   }
 
-  void TearDown() override {
-    server_.reset();
-    agent_.reset();
-  }
+  void TearDown() override { served_.Stop(); }
 
   // `n` leaked files: named by a creator pid that is dead.
   void Leak(int n, const std::string& tag) {
@@ -67,9 +50,9 @@ class ReclaimRpcTest : public ::testing::Test {
   // scan or two to settle for every file).
   void ScanUntilLeaked(int n) {
     for (int i = 0; i < 50; i++) {
-      agent_->ScanNow();
+      served_.agent->ScanNow();
       int leaked = 0;
-      for (const LeakRecord& l : agent_->ListLeaks("", "")) leaked += l.state == LeakState::kLeaked;
+      for (const LeakRecord& l : served_.agent->ListLeaks("", "")) leaked += l.state == LeakState::kLeaked;
       if (leaked == n) return;
     }
     FAIL() << "never saw " << n << " leaked files";
@@ -92,16 +75,14 @@ class ReclaimRpcTest : public ::testing::Test {
     if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
     v1::ReclaimLeaksRequest req;
     req.set_dry_run(dry_run);
-    return stub_->ReclaimLeaks(&ctx, req, resp);
+    return served_.stub->ReclaimLeaks(&ctx, req, resp);
   }
 
   test::TempDir tmp_{"/tmp/shmk-reclaim-"};  // removed after the agent (declared first)
   std::string dir_, shm_;
   pid_t dead_ = 0;
   Config config_;
-  std::unique_ptr<Agent> agent_;
-  std::unique_ptr<AgentServer> server_;
-  std::unique_ptr<v1::ShmKeeper::Stub> stub_;
+  test::ServedAgent served_;
 };
 
 // A dry run answers from the published snapshot: it runs no scan (so no
@@ -111,18 +92,19 @@ TEST_F(ReclaimRpcTest, ADryRunReadsOnly) {
   Leak(3, "a");
   ScanUntilLeaked(3);
   // Writing the files pokes the agent (inotify, fanotify): let that scan pass.
-  for (int i = 0; i < 10 && agent_->WaitForScan(agent_->scans_completed(), std::chrono::milliseconds(1500)); i++) {
+  for (int i = 0;
+       i < 10 && served_.agent->WaitForScan(served_.agent->scans_completed(), std::chrono::milliseconds(1500)); i++) {
   }
-  uint64_t scans = agent_->scans_completed();
+  uint64_t scans = served_.agent->scans_completed();
   v1::ReclaimLeaksResponse dry;
   ASSERT_TRUE(Reclaim(true, {}, &dry).ok());
   EXPECT_EQ(dry.reclaimed_size(), 3);
-  EXPECT_EQ(agent_->scans_completed(), scans);  // no scan ran, nothing was published
+  EXPECT_EQ(served_.agent->scans_completed(), scans);  // no scan ran, nothing was published
   EXPECT_EQ(Files(), 3);
   v1::ReclaimLeaksResponse real;
   ASSERT_TRUE(Reclaim(false, {}, &real).ok());
   EXPECT_EQ(real.reclaimed_size(), 3);
-  EXPECT_GT(agent_->scans_completed(), scans);  // the control: a reclaim scans and publishes first
+  EXPECT_GT(served_.agent->scans_completed(), scans);  // the control: a reclaim scans and publishes first
   EXPECT_EQ(Files(), 0);
 }
 
@@ -158,12 +140,12 @@ TEST_F(ReclaimRpcTest, NoRemovalAfterTheClientsDeadline) {
   grpc::Status s = Reclaim(false, deadline, &cut);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   int left_when_told = Files();
-  agent_->ScanNow();  // waits for the reclaim to end (one scan lock)
+  served_.agent->ScanNow();  // waits for the reclaim to end (one scan lock)
   // At most the one unlink whose deadline check passed just before the client
   // was told may land after it; every later candidate is kept.
   EXPECT_GE(Files(), left_when_told - 1) << "files were removed after the client saw DEADLINE_EXCEEDED";
   EXPECT_GT(left_when_told, 0);
-  EXPECT_GT(agent_->counters().reclaim_kept[SkipReason::kDeadline], 0);
+  EXPECT_GT(served_.agent->counters().reclaim_kept[SkipReason::kDeadline], 0);
 }
 
 }  // namespace
