@@ -218,7 +218,19 @@ TEST_F(ProbersTest, EveryShapeAndOrderOfRangesIsFoundOnlyWriteLocks) {
   Child b([&] { return LockRanges(File(), {{50, 1}, {self - 1, 1}, {big, 1}, {LLONG_MAX - 200, 1}}, F_WRLCK); });
   Child c([&] { return LockRanges(File(), {{LLONG_MAX - 100, 0}}, F_WRLCK); });
   Child reader([&] { return LockRanges(File(), {{60, 1}, {200, 5}}, F_RDLCK); });
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && reader.ok());
+  // An open-file-description lock names no process (l_pid -1) and is shared
+  // across fork: it registers nobody.
+  Child ofd([&] {
+    int fd = ::open(File().c_str(), O_RDWR | O_CLOEXEC);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 70;
+    fl.l_len = 1;
+    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0) ::_exit(4);
+    return std::vector<pid_t>{};
+  });
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && reader.ok() && ofd.ok());
   EXPECT_EQ(Others(**reg), (std::set<pid_t>{a.pid(), b.pid(), c.pid()}));
   b.Stop();
   EXPECT_EQ(Others(**reg), (std::set<pid_t>{a.pid(), c.pid()}));
@@ -288,6 +300,26 @@ TEST_F(ProbersTest, RefusesASymlinkAForeignFileAndALooseMode) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("writable by it alone"), std::string::npos) << r.status().message();
   EXPECT_TRUE(SeenFromAChild(Dir()).empty());
+
+  // Another uid (a container's process without the agent's credentials)
+  // cannot open the 0600 file at all, so cannot lock it, in a directory it can
+  // search (the state directory is 0755).
+  ASSERT_EQ(::chmod(Dir().c_str(), 0755), 0);
+  auto intrude = [&] {
+    Child intruder([&] {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(5);
+      bool rw = ::open(File().c_str(), O_RDWR | O_CLOEXEC) >= 0;
+      bool ro = ::open(File().c_str(), O_RDONLY | O_CLOEXEC) >= 0;
+      return std::vector<pid_t>{rw ? 1 : 0, ro ? 1 : 0};
+    });
+    EXPECT_TRUE(intruder.ok());
+    return intruder.out();
+  };
+  ASSERT_EQ(::chmod(File().c_str(), 0600), 0);
+  EXPECT_EQ(intrude(), (std::vector<pid_t>{0, 0}));
+  ASSERT_EQ(::chmod(File().c_str(), 0666), 0);
+  EXPECT_EQ(intrude(), (std::vector<pid_t>{1, 1}));  // control: the mode is what keeps it out (Join refuses 0666)
+  ASSERT_EQ(::chmod(File().c_str(), 0600), 0);
 
   // Control: the same file, ours and 0600, is joined.
   ASSERT_EQ(::chmod(File().c_str(), 0600), 0);
