@@ -14,6 +14,7 @@
 #include "decide/decision_log.h"
 #include "node/agent_lock.h"
 #include "node/engine.h"
+#include "node/probers.h"
 #include "server.h"
 #include "shmkeeper/version.h"
 
@@ -205,6 +206,15 @@ int Run(int argc, char** argv) {
         {{"lock_holder_pid", AgentLock::Holder(config->agent.state_dir)}});
   }
   Agent agent(*config, scan);
+  // Every agent, read-only or not, registers as a prober before its observer
+  // starts, for as long as it runs: the node's other agents then do not take
+  // its lease probes for use (docs/agent.md#several-agents-on-one-node).
+  if (Result<std::unique_ptr<ProberRegistry>> probers = ProberRegistry::Join(config->agent.state_dir); probers.ok()) {
+    agent.SetProbers(std::move(*probers));
+  } else {
+    Log("warning", "not registered as a prober: " + probers.status().message() +
+                       "; another agent on this node takes this one's lease probes for use (files stay in use for it)");
+  }
   agent.SetConfigFileState({path, true, "", std::chrono::system_clock::now(), 0, 0, FileText(path)});
   agent.SetLog([](LogLevel level, const std::string& msg) { Log(LogLevelName(level), msg); });
   std::shared_ptr<CriClient> cri;

@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "node/engine.h"
+#include "node/probers.h"
 #include "support/temp_dir.h"
 
 namespace shmkeeper {
@@ -65,6 +66,12 @@ class ReclaimHoldersTest : public ::testing::TestWithParam<bool> {
     config.agent.observe = GetParam();
     agent_ = std::make_unique<Agent>(config, scan);
     if (GetParam()) {
+      // Registered among the node's agents as shmkeeperd is (probers.h): the
+      // forks of this test binary that hold or reopen files must still count
+      // as use (they are not registered; b25392c ignored them and lost files).
+      Result<std::unique_ptr<ProberRegistry>> probers = ProberRegistry::Join(state_.path());
+      ASSERT_TRUE(probers.ok()) << probers.status().message();
+      agent_->SetProbers(std::move(*probers));
       ASSERT_TRUE(agent_->Start().ok());
       ASSERT_STREQ(agent_->observer_mode(), "fanotify");
     }
@@ -169,6 +176,7 @@ class ReclaimHoldersTest : public ::testing::TestWithParam<bool> {
   static bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
   test::TempDir tmp_{"/dev/shm/shmk-holders-"};
+  test::TempDir state_{"/tmp/shmk-holders-state-"};
   std::string dir_;
   pid_t dead_ = 0;
   std::unique_ptr<Agent> agent_;

@@ -284,11 +284,12 @@ class AgentProcess:
         self.proc = None
         self.log = base / "agent.log"
 
-    def start(self):
+    def start(self, *args):
+        """Starts shmkeeperd with `args` added (e.g. --read-only) and waits until it serves."""
         # A private state directory (the one-agent-per-node lock) unless the config names one.
         state = [] if "stateDir" in self.config.read_text() else ["--state-dir", str(self.base / "state")]
-        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config), *state], stdout=open(self.log, "a"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config), *state, *args],
+                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 20
         while time.time() < deadline:
             if self.proc.poll() is not None:

@@ -60,6 +60,7 @@ Status Agent::Start() {
   }
   if (config.agent.observe) {
     observer_ = std::make_unique<Observer>([this] { Poke(); }, [this] { Poke(); }, reporter_.get());
+    observer_->SetProbers(probers_, [this](const std::string& line) { log_(LogLevel::kInfo, line); });
     if (Status observing = observer_->Start(); !observing.ok()) {
       log_(LogLevel::kWarn, "fanotify is unavailable (" + observing.message() +
                                 "): falling back to scanning /proc for holders on every scan (see "

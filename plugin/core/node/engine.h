@@ -110,6 +110,12 @@ class Agent {
     warn_ = std::move(warn);
   }
 
+  // This process's registration among the node's agents (probers.h): the
+  // observer does not take the opens of the other processes registered there
+  // for use. Null (the default): every other process's opens are use.
+  // REQUIRES: called before Start().
+  void SetProbers(std::shared_ptr<ProberRegistry> probers) { probers_ = std::move(probers); }
+
   // Starts the observer (fanotify; agent.observer), the scan loop (the first
   // scan, a walk of /proc, runs before Start returns), the event socket
   // receiver (agent.eventSocket) and the inotify watcher. Returns the first
@@ -231,7 +237,8 @@ class Agent {
   // Built by Start.
   std::unique_ptr<EventReceiver> receiver_;
   std::unique_ptr<ChangeWatcher> watcher_;
-  std::unique_ptr<Observer> observer_;  // null in scan mode
+  std::shared_ptr<ProberRegistry> probers_;  // SetProbers
+  std::unique_ptr<Observer> observer_;       // null in scan mode
 };
 
 }  // namespace shmkeeper

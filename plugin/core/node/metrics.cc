@@ -110,6 +110,14 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_observer_overflows_total " << oc.overflows << "\n";
   help("shmkeeper_observer_probes_total", "counter", "Lease probes of files that events named (or never probed).");
   o << "shmkeeper_observer_probes_total " << oc.probes << "\n";
+  help("shmkeeper_observer_other_agents", "gauge",
+       "Other shmkeeperd processes on this node registered as probers in the state directory (a --read-only agent "
+       "beside this one): their lease probes are not use. 0 while one runs beside: it is not recognised (another pid "
+       "namespace or state directory) and its probes keep files in use.");
+  o << "shmkeeper_observer_other_agents " << oc.other_agents << "\n";
+  help("shmkeeper_observer_prober_events_total", "counter",
+       "Opens and closes by the other agents' lease probes and reclaims, not taken for use.");
+  o << "shmkeeper_observer_prober_events_total " << oc.prober_events << "\n";
   help("shmkeeper_observer_audit_disagreements_total", "counter",
        "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "
        "verdict was wrong), walk_only (a holder only /proc shows, e.g. an O_PATH descriptor).");
@@ -117,9 +125,11 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_observer_audit_disagreements_total{kind=\"walk_only\"} " << rep.Count(kAuditWalkOnly) << "\n";
   help("shmkeeper_observer_errors_total", "counter",
        "Observer failures the agent survives: a tmpfs that cannot be marked (its holders are walked for), a lease "
-       "probe that fails (the file is kept as held).");
+       "probe that fails (the file is kept as held), the prober registry that cannot be read (other agents' probes "
+       "count as use).");
   o << "shmkeeper_observer_errors_total{kind=\"mark\"} " << rep.Count(kObserverMarkErrors) << "\n";
   o << "shmkeeper_observer_errors_total{kind=\"probe\"} " << rep.Count(kObserverProbeErrors) << "\n";
+  o << "shmkeeper_observer_errors_total{kind=\"probers\"} " << rep.Count(kObserverProberErrors) << "\n";
   help("shmkeeper_proc_walks_total", "counter",
        "Scans that walked every task in /proc for holders, by reason (startup, overflow, audit, request; scan: "
        "every scan in scan mode).");

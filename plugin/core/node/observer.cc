@@ -14,10 +14,17 @@ namespace shmkeeper {
 namespace {
 
 constexpr size_t kMaxPids = 8;
+constexpr size_t kBatch = 4096;  // events applied at once (after one look at who else probes)
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE;
 
 std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
+
+std::string PidList(const std::set<pid_t>& pids) {
+  std::string out;
+  for (pid_t p : pids) out += (out.empty() ? "" : ", ") + std::to_string(p);
+  return out;
+}
 
 }  // namespace
 
@@ -31,6 +38,11 @@ Observer::~Observer() {
     (void)!::write(stop_.get(), &one, sizeof one);
   }
   if (thread_.joinable()) thread_.join();
+}
+
+void Observer::SetProbers(std::shared_ptr<ProberRegistry> probers, std::function<void(const std::string&)> log) {
+  probers_ = std::move(probers);
+  probers_log_ = std::move(log);
 }
 
 Status Observer::Start() {
@@ -140,6 +152,8 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
     if (!stale) return UseLocked(in, key.dev);
     in.dirty = false;  // an event from here on makes it dirty again
     in.probed_at = Clock::now();
+    in.probing++;
+    in.prober_closed = false;
   }
   Result<bool> held = Probe(dir_fd, name, key);
   if (!held.ok() && reporter_) {
@@ -148,6 +162,7 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
   }
   MutexLock l(&mu_);
   Inode& in = inodes_[key];
+  if (in.probing > 0) in.probing--;
   in.probed = true;
   in.held = !held.ok() || *held;
   if (!held.ok()) in.dirty = true;
@@ -158,17 +173,22 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
 
 Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey& key, bool walk_held) {
   std::optional<bool> settled;
+  bool prober_closed = false;
   {
     MutexLock l(&mu_);
     auto it = inodes_.find(key);
     std::optional<Clock::time_point> floor = FloorLocked(key.dev);
     if (it != inodes_.end() && it->second.probed && !it->second.dirty && !(floor && it->second.probed_at <= *floor)) {
       settled = it->second.held;
+      prober_closed = it->second.prober_closed;
     }
     inodes_[key].dirty = true;  // Check below probes afresh
   }
   Use fresh = Check(dir_fd, name, key);
-  if (reporter_ && settled && *settled != fresh.held) {
+  // "Held" by a probe that another agent's overlapping probe answered (its
+  // close was not taken for use): a known residue, not a missed event.
+  bool overlap = settled && *settled && !fresh.held && prober_closed;
+  if (reporter_ && settled && *settled != fresh.held && !overlap) {
     // A real change between the last event and now would have made it
     // dirty (once its event is read): the event-derived verdict was wrong.
     Drain();
@@ -211,6 +231,10 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
+  if (e.pid > 0 && others_.count(e.pid)) {  // another agent's probe or reclaim
+    OnProberUse(e);
+    return;
+  }
   if (e.ino == 0) {  // cannot tell which file: all of that filesystem
     dev_floor_[e.dev] = now;
     return;
@@ -219,10 +243,51 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   in.dirty = true;
   in.active = true;
   in.last_activity = now;
+  in.rechecked = false;
   if (e.pid > 0) {
     std::erase(in.pids, e.pid);
     in.pids.push_back(e.pid);
     if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
+  }
+}
+
+void Observer::OnProberUse(const FanEvent& e) {
+  counters_.prober_events++;
+  if (!(e.mask & (FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE)) || e.ino == 0) return;
+  auto it = inodes_.find(FileKey{e.dev, e.ino});
+  if (it == inodes_.end()) return;
+  Inode& in = it->second;
+  in.prober_closed = true;
+  // Its probe may have overlapped ours, which then said "held": once per
+  // real event, probe again (no activity, no pid: it is not use).
+  if (!in.rechecked && (in.probing > 0 || (in.probed && in.held && !in.dirty))) {
+    in.dirty = true;
+    in.rechecked = true;
+  }
+}
+
+void Observer::RefreshProbers() {
+  if (!probers_) return;
+  Result<std::set<pid_t>> others = probers_->Others();
+  if (!others.ok() && reporter_) {
+    reporter_->Report(kObserverProberErrors, "cannot tell the node's other agents (their lease probes count as use): " +
+                                                 others.status().message());
+  }
+  std::set<pid_t> now = others.ok() ? std::move(*others) : std::set<pid_t>{};
+  bool moved = false;
+  {
+    MutexLock l(&mu_);
+    moved = now != others_;
+    if (moved) {
+      others_ = now;
+      counters_.other_agents = static_cast<int64_t>(now.size());
+    }
+  }
+  if (moved && probers_log_) {
+    probers_log_(now.empty() ? "no other shmkeeperd is registered in " + probers_->path() +
+                                   " any more: every other process's opens are use"
+                             : "other shmkeeperd processes registered in " + probers_->path() + ": pid " +
+                                   PidList(now) + " (their lease probes are not use)");
   }
 }
 
@@ -234,12 +299,28 @@ void Observer::Drain() {
     // read so far (by either thread) has been applied.
     MutexLock one(&drain_mu_);
     auto now = Clock::now();
-    bool ok = fan_->Read([&](const FanEvent& e) {
+    // Events are applied in batches, each after it was read: who else probes
+    // is asked after the events it judges happened. An agent that has exited
+    // holds no lock, so a reused pid's events are use (the safe direction).
+    std::vector<FanEvent> batch;
+    auto apply = [&] {
+      if (std::any_of(batch.begin(), batch.end(),
+                      [&](const FanEvent& e) { return !e.overflow && e.pid > 0 && e.pid != self_; })) {
+        RefreshProbers();
+      }
       MutexLock l(&mu_);
-      counters_.events++;
-      OnEvent(e, now, &changed);
-      overflow = overflow || e.overflow;
+      for (const FanEvent& e : batch) {
+        counters_.events++;
+        OnEvent(e, now, &changed);
+        overflow = overflow || e.overflow;
+      }
+      batch.clear();
+    };
+    bool ok = fan_->Read([&](const FanEvent& e) {
+      batch.push_back(e);
+      if (batch.size() >= kBatch) apply();
     });
+    apply();
     if (!ok) {
       MutexLock l(&mu_);
       floor_ = now;  // treat a broken read as lost events

@@ -19,6 +19,19 @@
 // event whose inode cannot be decoded makes its whole filesystem dirty the
 // same way. The agent's own opens (probes, reclaim) are not events of use.
 //
+// Nor are another shmkeeperd's (a --read-only agent beside the node's agent):
+// the processes registered in the agent's ProberRegistry (probers.h; a kernel
+// lock, never a name) at the time a batch of events is applied, asked after
+// the batch was read. Their creates, removals and renames still change the
+// layout (another read-write agent's reclaim removes files). Their closes are
+// not use, but one may end a probe that overlapped ours (ours then said
+// "held"): a registered prober's close of a file whose cached verdict is
+// "held", or that is being probed, makes it dirty again, once per real event
+// (so two agents never re-probe each other's probes forever). A second
+// overlap keeps the cached "held" until the next real event or the slow
+// audit (the safe direction), which re-probes it and does not count it as a
+// missed event.
+//
 // The probe's blind spot is an O_PATH-only holder: it can neither read nor
 // map the file, and the walks that remain (reclaim's final check, the slow
 // audit, start-up) see it.
@@ -44,6 +57,7 @@
 #include "base/mutex.h"
 #include "base/status.h"
 #include "node/fanotify.h"
+#include "node/probers.h"
 #include "node/reporter.h"
 #include "scan/proc_table.h"
 
@@ -51,13 +65,16 @@ namespace shmkeeper {
 
 inline constexpr char kObserverMarkErrors[] = "observer_mark_errors";
 inline constexpr char kObserverProbeErrors[] = "observer_probe_errors";
+inline constexpr char kObserverProberErrors[] = "observer_prober_errors";
 inline constexpr char kAuditMissedEvent[] = "observer_audit.missed_event";
 inline constexpr char kAuditWalkOnly[] = "observer_audit.walk_only";
 
 struct ObserverCounters {
-  int64_t events = 0;     // events read (merged by the kernel)
-  int64_t overflows = 0;  // FAN_Q_OVERFLOW seen
-  int64_t probes = 0;     // lease probes run
+  int64_t events = 0;         // events read (merged by the kernel)
+  int64_t overflows = 0;      // FAN_Q_OVERFLOW seen
+  int64_t probes = 0;         // lease probes run
+  int64_t other_agents = 0;   // other shmkeeperd processes registered as probers, at the last look
+  int64_t prober_events = 0;  // their opens and closes, not taken for use
 };
 
 class Observer {
@@ -71,6 +88,12 @@ class Observer {
   Observer(std::function<void()> on_change, std::function<void()> on_overflow, Reporter* reporter,
            std::chrono::milliseconds drain = std::chrono::milliseconds(100));
   ~Observer();
+
+  // The registry of the node's other agents (probers.h; shared, may be null:
+  // every other process's opens are use). `log` (may be null) gets one line
+  // each time the set of other agents recognised changes. REQUIRES: before
+  // Start.
+  void SetProbers(std::shared_ptr<ProberRegistry> probers, std::function<void(const std::string&)> log);
 
   // Creates the fanotify group and starts the reader thread. An error means
   // fanotify is unusable here: the caller falls back to scanning.
@@ -134,9 +157,16 @@ class Observer {
     bool held = true;
     Clock::time_point probed_at{};
     std::vector<pid_t> pids;
+    int probing = 0;             // probes of it running now
+    bool prober_closed = false;  // a registered prober closed it since our last probe began
+    bool rechecked = false;      // re-probed for a prober's close since the last real event
   };
   void Run();
   void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) SHMK_REQUIRES(mu_);
+  // An open or close by another registered agent (see the model above).
+  void OnProberUse(const FanEvent& e) SHMK_REQUIRES(mu_);
+  // Asks the registry who else probes, now. Called with drain_mu_ held.
+  void RefreshProbers() SHMK_EXCLUDES(mu_);
   // The floor below which cached verdicts and activity times are stale for
   // files on `dev`. REQUIRES: mu_ held.
   std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
@@ -158,6 +188,9 @@ class Observer {
   std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
   std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow
   ObserverCounters counters_ SHMK_GUARDED_BY(mu_);
+  std::shared_ptr<ProberRegistry> probers_;              // set before Start
+  std::function<void(const std::string&)> probers_log_;  // set before Start
+  std::set<pid_t> others_ SHMK_GUARDED_BY(mu_);          // the other agents, at the last RefreshProbers
   std::atomic<bool> overflow_pending_{false};
 };
 
