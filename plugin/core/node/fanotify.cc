@@ -11,8 +11,11 @@
 namespace shmkeeper {
 namespace {
 
-constexpr uint64_t kMask = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM |
-                           FAN_MOVED_TO | FAN_ONDIR;
+// The filesystem mark: directory events only (they name the directory, so
+// they merge). The inode marks (or, as the fallback, the filesystem mark
+// too): opens and closes.
+constexpr uint64_t kDirMask = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_ONDIR;
+constexpr uint64_t kUseMask = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 
 uint64_t FsidOf(const __kernel_fsid_t& f) {
   uint32_t a = 0, b = 0;
@@ -38,11 +41,25 @@ Status Fanotify::Mark(int dir_fd, dev_t dev) {
   std::memcpy(&kf, &sf.f_fsid, sizeof kf);
   fsid = FsidOf(kf);
   if (fsid == 0) return Status::Precondition("the filesystem reports no fsid (tmpfs before Linux 5.13)");
-  if (::fanotify_mark(fd_.get(), FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kMask, dir_fd, nullptr) != 0) {
+  if (::fanotify_mark(fd_.get(), FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kDirMask, dir_fd, nullptr) != 0) {
     return Status::FromErrno(errno, "fanotify_mark(FAN_MARK_FILESYSTEM)");
   }
   MutexLock l(&mu_);
   fsids_[fsid] = dev;
+  return Status::Ok();
+}
+
+Status Fanotify::MarkInode(int fd) {
+  if (::fanotify_mark(fd_.get(), FAN_MARK_ADD | FAN_MARK_INODE, kUseMask, fd, nullptr) != 0) {
+    return Status::FromErrno(errno, "fanotify_mark(FAN_MARK_INODE)");
+  }
+  return Status::Ok();
+}
+
+Status Fanotify::AllUses(int fd) {
+  if (::fanotify_mark(fd_.get(), FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kUseMask, fd, nullptr) != 0) {
+    return Status::FromErrno(errno, "fanotify_mark(FAN_MARK_FILESYSTEM, FAN_OPEN | FAN_CLOSE)");
+  }
   return Status::Ok();
 }
 

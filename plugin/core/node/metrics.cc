@@ -110,6 +110,16 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_observer_overflows_total " << oc.overflows << "\n";
   help("shmkeeper_observer_probes_total", "counter", "Lease probes of files that events named (or never probed).");
   o << "shmkeeper_observer_probes_total " << oc.probes << "\n";
+  help("shmkeeper_observer_inode_marks", "gauge",
+       "fanotify inode marks on files the observer tracks (each probed file's opens and closes are events).");
+  o << "shmkeeper_observer_inode_marks " << oc.inode_marks << "\n";
+  help("shmkeeper_observer_mark_fallbacks_total", "counter",
+       "tmpfs where an inode mark could not be added (mark limit, error): watched for every open and close "
+       "instead.");
+  o << "shmkeeper_observer_mark_fallbacks_total " << oc.mark_fallbacks << "\n";
+  help("shmkeeper_observer_holder_walks_total", "counter",
+       "Walks of /proc for one file probed held whose holder no event and no recent creator named.");
+  o << "shmkeeper_observer_holder_walks_total " << oc.holder_walks << "\n";
   help("shmkeeper_observer_audit_disagreements_total", "counter",
        "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "
        "verdict was wrong), walk_only (a holder only /proc shows, e.g. an O_PATH descriptor).");

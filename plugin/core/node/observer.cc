@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 
 #include "scan/lease_probe.h"
 
@@ -14,16 +15,35 @@ namespace shmkeeper {
 namespace {
 
 constexpr size_t kMaxPids = 8;
+constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE;
 
 std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
 
+// Half of fs.fanotify.max_user_marks (shared by root's fanotify groups on the
+// node); -1 (unlimited: the kernel's ENOSPC still stops us) when unreadable.
+int64_t DefaultMarkBudget() {
+  std::ifstream in("/proc/sys/fs/fanotify/max_user_marks");
+  int64_t n = 0;
+  if (!(in >> n) || n <= 0) return -1;
+  return n / 2;
+}
+
+void Remember(std::vector<pid_t>* pids, pid_t pid, size_t max) {
+  std::erase(*pids, pid);
+  pids->push_back(pid);
+  if (pids->size() > max) pids->erase(pids->begin());
+}
+
 }  // namespace
 
 Observer::Observer(std::function<void()> on_change, std::function<void()> on_overflow, Reporter* reporter,
-                   std::chrono::milliseconds drain)
-    : on_change_(std::move(on_change)), on_overflow_(std::move(on_overflow)), reporter_(reporter), drain_(drain) {}
+                   ObserverOptions opts)
+    : on_change_(std::move(on_change)),
+      on_overflow_(std::move(on_overflow)),
+      reporter_(reporter),
+      opts_(std::move(opts)) {}
 
 Observer::~Observer() {
   if (stop_.valid()) {
@@ -35,6 +55,7 @@ Observer::~Observer() {
 
 Status Observer::Start() {
   SHMK_ASSIGN_OR_RETURN(fan_, Fanotify::Open());
+  max_marks_ = opts_.max_inode_marks ? *opts_.max_inode_marks : DefaultMarkBudget();
   stop_.reset(::eventfd(0, EFD_CLOEXEC));
   if (!stop_.valid()) return Status::FromErrno(errno, "eventfd");
   self_ = ::getpid();
@@ -98,7 +119,13 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
     std::erase_if(failed_, [&](dev_t d) { return !devs.count(d); });
     std::erase_if(dev_floor_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(layout_, [&](const auto& kv) { return !devs.count(kv.first); });
-    std::erase_if(inodes_, [&](const auto& kv) { return !live.count(kv.first); });
+    std::erase_if(all_uses_, [&](dev_t d) { return !devs.count(d); });
+    std::erase_if(creators_, [&](const auto& kv) { return !devs.count(kv.first); });
+    std::erase_if(inodes_, [&](const auto& kv) {
+      if (live.count(kv.first)) return false;
+      if (kv.second.marked) counters_.inode_marks--;
+      return true;
+    });
   }
   // The mark stays with its superblock until that goes (a pod's tmpfs goes
   // with the pod); its events are ignored meanwhile.
@@ -126,9 +153,73 @@ Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey&
     MutexLock l(&mu_);
     counters_.probes++;
   }
-  Result<ProbeVerdict> v = ProbeLease(dir_fd, name, key);
+  Result<ProbeVerdict> v =
+      ProbeLease(dir_fd, name, key, nullptr, [this, &key](int fd) { return MarkForUse(fd, key); });
   if (!v.ok()) return v.status();
   return *v == ProbeVerdict::kHeld;  // kGone: the file went since the directory was read; nobody holds this name
+}
+
+Status Observer::MarkForUse(int fd, const FileKey& key) {
+  bool over_budget = false;
+  {
+    MutexLock l(&mu_);
+    if (all_uses_.count(key.dev)) return Status::Ok();  // every open there is an event already
+    auto it = inodes_.find(key);
+    bool marked = it != inodes_.end() && it->second.marked;
+    over_budget = !marked && max_marks_ >= 0 && counters_.inode_marks >= max_marks_;
+  }
+  Status s = over_budget ? Status::Precondition("the observer's budget of " + std::to_string(max_marks_) +
+                                                " inode marks (half of fs.fanotify.max_user_marks) is spent")
+                         : fan_->MarkInode(fd);
+  if (s.ok()) {
+    MutexLock l(&mu_);
+    Inode& in = inodes_[key];
+    if (!in.marked) counters_.inode_marks++;
+    in.marked = true;
+    return Status::Ok();
+  }
+  // Never a probe-only mode: every open and close on this tmpfs is an event
+  // from here on (before the lease is tried, so nothing falls between).
+  Status wide = fan_->AllUses(fd);
+  if (!wide.ok()) return wide.WithContext("after " + s.message());
+  {
+    MutexLock l(&mu_);
+    if (!all_uses_.insert(key.dev).second) return Status::Ok();
+    counters_.mark_fallbacks++;
+  }
+  if (reporter_) {
+    reporter_->Report(kObserverMarkFallbacks, "cannot mark inodes on the tmpfs of device " + std::to_string(key.dev) +
+                                                  " (" + s.message() +
+                                                  "): watching every open and close there instead (more events)");
+  }
+  return Status::Ok();
+}
+
+std::vector<pid_t> Observer::Holders(const FileKey& key) {
+  std::vector<pid_t> candidates;
+  {
+    MutexLock l(&mu_);
+    if (auto it = inodes_.find(key); it != inodes_.end()) candidates.assign(it->second.pids.rbegin(), it->second.pids.rend());
+    if (auto it = creators_.find(key.dev); it != creators_.end()) {
+      for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
+        if (std::find(candidates.begin(), candidates.end(), *p) == candidates.end()) candidates.push_back(*p);
+      }
+    }
+  }
+  for (pid_t pid : candidates) {
+    if (ProcessHolds(pid, key, opts_.proc)) return {pid};
+  }
+  {
+    MutexLock l(&mu_);
+    counters_.holder_walks++;
+  }
+  std::vector<pid_t> pids;
+  for (const auto& [_, refs] : ScanHolders({key}, opts_.proc)) {
+    for (const HolderRef& r : refs) {
+      if (std::find(pids.begin(), pids.end(), r.pid) == pids.end()) pids.push_back(r.pid);
+    }
+  }
+  return pids;
 }
 
 Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey& key) {
@@ -146,8 +237,12 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
     reporter_->Report(kObserverProbeErrors,
                       "lease probe of " + name + " failed (kept as held): " + held.status().message());
   }
+  // Held: by whom (a holder from before the inode's mark has no event).
+  std::vector<pid_t> holders;
+  if (held.ok() && *held) holders = Holders(key);
   MutexLock l(&mu_);
   Inode& in = inodes_[key];
+  for (pid_t pid : holders) Remember(&in.pids, pid, kMaxPids);
   in.probed = true;
   in.held = !held.ok() || *held;
   if (!held.ok()) in.dirty = true;
@@ -210,6 +305,9 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   if (e.mask & kChange) layout_[e.dev]++;
   if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
+  if ((e.mask & (FAN_CREATE | FAN_MOVED_TO)) && !(e.mask & FAN_ONDIR) && e.pid > 0) {
+    Remember(&creators_[e.dev], e.pid, kMaxCreators);  // the likely holders of files first probed held
+  }
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
   if (e.ino == 0) {  // cannot tell which file: all of that filesystem
     dev_floor_[e.dev] = now;
@@ -219,11 +317,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   in.dirty = true;
   in.active = true;
   in.last_activity = now;
-  if (e.pid > 0) {
-    std::erase(in.pids, e.pid);
-    in.pids.push_back(e.pid);
-    if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
-  }
+  if (e.pid > 0) Remember(&in.pids, e.pid, kMaxPids);
 }
 
 void Observer::Drain() {
@@ -264,7 +358,7 @@ void Observer::Run() {
     // Let events queue (and merge) for a while: the cost follows activity,
     // not the number of opens.
     pollfd stop = {stop_.get(), POLLIN, 0};
-    if (::poll(&stop, 1, static_cast<int>(drain_.count())) > 0) return;
+    if (::poll(&stop, 1, static_cast<int>(opts_.drain.count())) > 0) return;
   }
 }
 
