@@ -367,5 +367,44 @@ TEST_F(ObserverMarksTest, CloseAfterWritingAProbedFileChangesLayout) {
   EXPECT_NE(observer_->Layout(dev_), l1);
 }
 
+TEST_F(ObserverMarksTest, RemovalOfAProbedFileChangesLayoutHeldOrNot) {
+  // The filesystem mark does not carry removals (each would cost the
+  // remover an event); a listed file's unlink is its inode mark's FAN_ATTRIB.
+  StartObserver();
+  FileKey a = Make("a");
+  FileKey b = Make("b");
+  observer_->Check(dir_fd_, "a", a);
+  observer_->Check(dir_fd_, "b", b);
+  std::string path_b = dir_ + "/b";
+  pid_t holder = Spawn([&] {
+    if (::open(path_b.c_str(), O_RDONLY) < 0) ::_exit(1);
+  });
+  observer_->Drain();
+  std::optional<uint64_t> l0 = observer_->Layout(dev_);
+  RunChild([&] {
+    if (::unlinkat(dir_fd_, "a", 0) != 0) ::_exit(1);
+  });
+  observer_->Drain();
+  std::optional<uint64_t> l1 = observer_->Layout(dev_);
+  EXPECT_NE(l1, l0) << "the unlink of a probed, unheld file was not seen";
+  RunChild([&] {
+    if (::unlinkat(dir_fd_, "b", 0) != 0) ::_exit(1);
+  });
+  observer_->Drain();
+  EXPECT_NE(observer_->Layout(dev_), l1) << "the unlink of a probed file still held was not seen at once";
+  Kill(holder);
+}
+
+TEST_F(ObserverMarksTest, AProbeThatFindsTheNameGoneMakesTheListingStale) {
+  StartObserver();
+  FileKey key = Make("gone");
+  ASSERT_EQ(::unlinkat(dir_fd_, "gone", 0), 0);  // before any probe: no mark, no event
+  observer_->Drain();
+  std::optional<uint64_t> l0 = observer_->Layout(dev_);
+  Observer::Use u = observer_->Check(dir_fd_, "gone", key);
+  EXPECT_FALSE(u.held);
+  EXPECT_NE(observer_->Layout(dev_), l0);
+}
+
 }  // namespace
 }  // namespace shmkeeper

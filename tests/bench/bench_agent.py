@@ -249,6 +249,15 @@ class CpuAccount:
             self.cg.rmdir()
 
 
+def observed(agent):
+    """The observer's counters: events, probes, holder walks, scans (0 without an agent)."""
+    if not agent:
+        return (0, 0, 0, 0)
+    m = agent.metrics()
+    return tuple(m.get(k, 0) for k in ("shmkeeper_observer_events_total", "shmkeeper_observer_probes_total",
+                                        "shmkeeper_observer_holder_walks_total", "shmkeeper_scans_total"))
+
+
 def in_private_shm(path):
     """preexec_fn: the workload in a mount namespace of its own where
     /dev/shm is `path` (a tmpfs only its variant's agent watches)."""
@@ -325,6 +334,7 @@ def preload():
                 accounts[label] = CpuAccount(agents[label].proc.pid, str(i))
         time.sleep(2)  # past the agents' start-up
         parts = {label: [] for label, *_ in variants}  # per round: (workload, agent, walks)
+        counts = {label: [] for label, *_ in variants}  # per round: the observer's counters (see observed)
         for r in range(rounds):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for i, (label, binary, observer, preload_lib, datagrams) in enumerate(order):
@@ -335,12 +345,15 @@ def preload():
                     env["LD_PRELOAD"] = preload_lib
                     env["SHMKEEPER_EVENT_SOCKET"] = str(tmp / f"ev{idx}.sock") if datagrams else str(tmp / "none.sock")
                 agent = agents.get(label)
+                m0 = observed(agent)
                 w0, c0 = (walks(agent), accounts[label].ns()) if agent else (0, 0)
                 cpu = workload(env, mounted[idx])
                 if agent:
                     time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
                 a = (accounts[label].ns() - c0) / 1e9 if agent else 0.0
+                m1 = observed(agent)
                 parts[label].append((cpu, a, walks(agent) - w0 if agent else 0))
+                counts[label].append(tuple(b - a for a, b in zip(m0, m1)))
             print(f"round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
         plain = [w for w, _, _ in parts[variants[0][0]]]
         print(f"shm cycle x {cycles}, {rounds} interleaved rounds, each variant on its own tmpfs; per round over "
@@ -353,6 +366,11 @@ def preload():
             wk = statistics.median(k for _, _, k in parts[label])
             span = f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]"
             print(f"{label:<32}{span:>30}{wl:>16.3f}{ag:>13.3f}{wk:>7.0f}")
+        print("the agent's work per round (median): fanotify events read, lease probes, holder walks, scans")
+        for label, *_ in variants:
+            if counts[label] and any(any(c) for c in counts[label]):
+                med = [statistics.median(c[i] for c in counts[label]) for i in range(4)]
+                print(f"  {label:<30}" + "".join(f"{v:>10.0f}" for v in med))
     finally:
         for agent in agents.values():
             agent.stop()

@@ -1,8 +1,9 @@
 // fanotify, for the observer: one notification group reporting file handles
 // (FAN_REPORT_FID) rather than descriptors, with a filesystem-wide mark
-// (FAN_MARK_FILESYSTEM) per watched tmpfs for the directory events (create,
-// delete, rename) and an inode mark (FAN_MARK_INODE) per file the agent has
-// probed for its opens and closes (one kernel concern, nsjail style).
+// (FAN_MARK_FILESYSTEM) per watched tmpfs for creates and renames, and an
+// inode mark (FAN_MARK_INODE) per file the agent has probed for its opens,
+// closes and attribute changes, its unlink included (one kernel concern,
+// nsjail style).
 //
 // Why these choices:
 // - Filesystem and inode marks see every event of their object, through any
@@ -14,7 +15,11 @@
 //   on the inode or its superblock asks for FS_OPEN/FS_CLOSE). With
 //   FAN_REPORT_FID the directory events name the directory, not the file,
 //   so those of one directory merge in the queue: a create/use/remove cycle
-//   repeated 20,000 times is a handful of events, not 20,000.
+//   repeated 20,000 times is a handful of events, not 20,000. Removals are
+//   not watched on the filesystem (each would cost the remover an event):
+//   the removal of a file the agent listed is its inode mark's FAN_ATTRIB
+//   (the link count changed), at the unlink, held or not; a file it never
+//   listed is in no listing to correct.
 // - An inode mark is placed on the probe's own open descriptor
 //   (fanotify_mark(fd, NULL path)), never by name: it marks exactly the inode
 //   the probe checked. It does not keep the file alive: when the last link
@@ -70,14 +75,15 @@ class Fanotify {
   static Result<std::unique_ptr<Fanotify>> Open();
 
   // Marks the filesystem of the directory `dir_fd`, whose device is `dev`,
-  // for its directory events: create, delete, rename (FAN_ONDIR included).
+  // for its directory events: create, rename (FAN_ONDIR included).
   Status Mark(int dir_fd, dev_t dev);
-  // Marks the inode open as `fd` for its opens and closes (FAN_OPEN,
-  // FAN_CLOSE_WRITE, FAN_CLOSE_NOWRITE); adding it again is harmless. Its
+  // Marks the inode open as `fd` for its opens, closes and attribute changes
+  // (FAN_OPEN, FAN_CLOSE_WRITE, FAN_CLOSE_NOWRITE, FAN_ATTRIB: chmod, chown,
+  // times, link count, so its unlink); adding it again is harmless. Its
   // filesystem must have been marked (Mark), else its events name dev 0.
   Status MarkInode(int fd);
-  // Widens the filesystem mark of the object open as `fd` to every open and
-  // close on that filesystem (the fallback when MarkInode fails).
+  // Widens the filesystem mark of the object open as `fd` to every open,
+  // close and removal on that filesystem (the fallback when MarkInode fails).
   Status AllUses(int fd);
   // Forgets `dev` (its mark dies with the superblock; events from it are
   // then reported with dev 0).

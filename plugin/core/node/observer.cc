@@ -17,7 +17,8 @@ namespace {
 constexpr size_t kMaxPids = 8;
 constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
-constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE;
+// FAN_ATTRIB: a marked file's link count (its unlink), mode, owner or times.
+constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB;
 
 std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
 
@@ -148,15 +149,12 @@ Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
   return u;
 }
 
-Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
+Result<ProbeVerdict> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
   {
     MutexLock l(&mu_);
     counters_.probes++;
   }
-  Result<ProbeVerdict> v =
-      ProbeLease(dir_fd, name, key, nullptr, [this, &key](int fd) { return MarkForUse(fd, key); });
-  if (!v.ok()) return v.status();
-  return *v == ProbeVerdict::kHeld;  // kGone: the file went since the directory was read; nobody holds this name
+  return ProbeLease(dir_fd, name, key, nullptr, [this, &key](int fd) { return MarkForUse(fd, key); });
 }
 
 Status Observer::MarkForUse(int fd, const FileKey& key) {
@@ -209,6 +207,10 @@ std::vector<pid_t> Observer::Holders(const FileKey& key) {
   for (pid_t pid : candidates) {
     if (ProcessHolds(pid, key, opts_.proc)) return {pid};
   }
+  return {};
+}
+
+std::vector<pid_t> Observer::WalkHolders(const FileKey& key) {
   {
     MutexLock l(&mu_);
     counters_.holder_walks++;
@@ -232,22 +234,39 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
     in.dirty = false;  // an event from here on makes it dirty again
     in.probed_at = Clock::now();
   }
-  Result<bool> held = Probe(dir_fd, name, key);
-  if (!held.ok() && reporter_) {
+  Result<ProbeVerdict> v = Probe(dir_fd, name, key);
+  if (!v.ok() && reporter_) {
     reporter_->Report(kObserverProbeErrors,
-                      "lease probe of " + name + " failed (kept as held): " + held.status().message());
+                      "lease probe of " + name + " failed (kept as held): " + v.status().message());
   }
   // Held: by whom (a holder from before the inode's mark has no event).
   std::vector<pid_t> holders;
-  if (held.ok() && *held) holders = Holders(key);
+  if (v.ok() && *v == ProbeVerdict::kHeld) holders = Holders(key);
+  if (v.ok() && *v == ProbeVerdict::kHeld && holders.empty()) {
+    // No process it knows of holds it: walk /proc for it, unless it has let
+    // go meanwhile (a file created, used and removed at once, found by a
+    // listing in passing: its creator closed and removed it before
+    // ProcessHolds looked). The newer verdict stands.
+    Result<ProbeVerdict> again = Probe(dir_fd, name, key);
+    if (again.ok() && *again != ProbeVerdict::kHeld) {
+      v = again;
+    } else {
+      holders = WalkHolders(key);
+    }
+  }
   MutexLock l(&mu_);
   Inode& in = inodes_[key];
   for (pid_t pid : holders) Remember(&in.pids, pid, kMaxPids);
   in.probed = true;
-  in.held = !held.ok() || *held;
-  if (!held.ok()) in.dirty = true;
+  // kGone: the name is gone since the directory was read (nobody holds this
+  // name); the listing that showed it is stale, and this inode, unmarked,
+  // would report no removal: list again.
+  in.held = !v.ok() || *v == ProbeVerdict::kHeld;
+  if (!v.ok() || *v == ProbeVerdict::kGone) in.dirty = true;
+  if (v.ok() && *v == ProbeVerdict::kGone) layout_[key.dev]++;
   Use u = UseLocked(in, key.dev);
   u.probed_now = true;
+  u.gone = v.ok() && *v == ProbeVerdict::kGone;
   return u;
 }
 

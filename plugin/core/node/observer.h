@@ -2,8 +2,8 @@
 // happens instead of by walking /proc (docs/agent.md#how-it-observes).
 //
 // Model. Each watched tmpfs has a fanotify filesystem mark for its directory
-// events (create, delete, rename), and each file the agent has probed an
-// inode mark for its opens and closes (fanotify.h). The inode mark is placed
+// events (create, rename), and each file the agent has probed an inode mark
+// for its opens, closes and attribute changes (its unlink: fanotify.h). The inode mark is placed
 // inside the probe, on the probe's own descriptor, before the lease is tried
 // (lease_probe.h): an open of that inode by any process in any namespace
 // after the mark is an event naming the inode and the process; a holder from
@@ -34,8 +34,8 @@
 // Holders' pids: a probe that finds a file held names the processes it can
 // confirm holding it (ProcessHolds): the pids its events named, else the
 // recent creators of files on that tmpfs (a FAN_CREATE names its process),
-// else one walk of /proc for that file (a holder that opened it before its
-// mark and created nothing there).
+// else, when a second probe still says held, one walk of /proc for that file
+// (a holder that opened it before its mark and created nothing there).
 //
 // The probe's blind spot is an O_PATH-only holder: it can neither read nor
 // map the file, and the walks that remain (reclaim's final check, the slow
@@ -63,6 +63,7 @@
 #include "base/status.h"
 #include "node/fanotify.h"
 #include "node/reporter.h"
+#include "scan/lease_probe.h"
 #include "scan/proc_table.h"
 
 namespace shmkeeper {
@@ -120,10 +121,11 @@ class Observer {
   void Seed(const FileKey& key, const std::vector<pid_t>& pids);
   bool Watching(dev_t dev) const;
   // A number that changes whenever the set of files on the watched `dev`, or
-  // a file's size through write(2), may have changed: a create, delete or
-  // rename (FAN_CREATE, FAN_DELETE, FAN_MOVED_FROM/TO) or a close after
-  // writing (FAN_CLOSE_WRITE) of a file the observer has probed (every file
-  // a listing showed: a newer one is a create), by any process, the agent
+  // a file's size through write(2), may have changed: a create or rename
+  // (FAN_CREATE, FAN_MOVED_FROM/TO), or the unlink, an attribute change
+  // (FAN_ATTRIB) or a close after writing (FAN_CLOSE_WRITE) of a file the
+  // observer has probed (every file a listing showed: a newer one is a
+  // create; in the fallback, FAN_DELETE of any), by any process, the agent
   // included; lost events change every device's. nullopt when `dev` is not
   // watched. What the events cannot tell (pages written or punched through a
   // mapping, a write through a descriptor still open) is in statfs; the scan
@@ -142,6 +144,7 @@ class Observer {
     std::optional<Clock::time_point> last_activity;
     std::vector<pid_t> pids;  // processes seen opening or closing it (at most 8, newest last)
     bool probed_now = false;  // this answer is a fresh probe (else the cached verdict)
+    bool gone = false;        // the fresh probe found the name gone (or another inode): not a file any more
   };
   // The file's use now: the last probe's verdict when no event touched it
   // since, else a fresh probe of `name` below `dir_fd`, which marks the
@@ -180,13 +183,15 @@ class Observer {
   // files on `dev`. REQUIRES: mu_ held.
   std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
   Use UseLocked(const Inode& in, dev_t dev) const SHMK_REQUIRES(mu_);
-  Result<bool> Probe(int dir_fd, const std::string& name, const FileKey& key);
+  Result<ProbeVerdict> Probe(int dir_fd, const std::string& name, const FileKey& key);
   // Marks the inode open as `fd` (key `key`) for its opens and closes, or
   // falls back to its filesystem's use mask. Runs inside the probe.
   Status MarkForUse(int fd, const FileKey& key);
-  // The pids holding `key` now, among those its events named and the recent
-  // creators on its tmpfs, else from a walk of /proc for it.
+  // The pid holding `key` now, among those its events named and the recent
+  // creators on its tmpfs (none when none does).
   std::vector<pid_t> Holders(const FileKey& key);
+  // The pids holding `key`, from a walk of /proc (counted).
+  std::vector<pid_t> WalkHolders(const FileKey& key);
 
   std::function<void()> on_change_, on_overflow_;
   Reporter* reporter_;
