@@ -242,6 +242,17 @@ class CpuAccount:
                 pass
         return total
 
+    def threads(self):
+        """ns per thread name (threads alive now)."""
+        out = {}
+        for t in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                name = (t / "comm").read_text().strip()
+                out[name] = out.get(name, 0) + int((t / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return out
+
     def close(self):
         if self.cg:
             for pid in (self.cg / "cgroup.procs").read_text().split():
@@ -335,6 +346,7 @@ def preload():
         time.sleep(2)  # past the agents' start-up
         parts = {label: [] for label, *_ in variants}  # per round: (workload, agent, walks)
         counts = {label: [] for label, *_ in variants}  # per round: the observer's counters (see observed)
+        threads = {label: [] for label, *_ in variants}  # per round: agent CPU by thread name
         for r in range(rounds):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for i, (label, binary, observer, preload_lib, datagrams) in enumerate(order):
@@ -347,10 +359,15 @@ def preload():
                 agent = agents.get(label)
                 m0 = observed(agent)
                 w0, c0 = (walks(agent), accounts[label].ns()) if agent else (0, 0)
+                t0 = accounts[label].threads() if agent else {}
                 cpu = workload(env, mounted[idx])
                 if agent:
                     time.sleep(1.2)  # the agent's reaction to the burst (a scan at most a second later)
                 a = (accounts[label].ns() - c0) / 1e9 if agent else 0.0
+                t1 = accounts[label].threads() if agent else {}
+                split = {k: (v - t0.get(k, 0)) / 1e9 for k, v in t1.items() if k.startswith("shmk-")}
+                split["other threads"] = a - sum(split.values())
+                threads[label].append(split)
                 m1 = observed(agent)
                 parts[label].append((cpu, a, walks(agent) - w0 if agent else 0))
                 counts[label].append(tuple(b - a for a, b in zip(m0, m1)))
@@ -366,6 +383,13 @@ def preload():
             wk = statistics.median(k for _, _, k in parts[label])
             span = f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]"
             print(f"{label:<32}{span:>30}{wl:>16.3f}{ag:>13.3f}{wk:>7.0f}")
+        print("the agent's CPU by thread over plain (median per round):")
+        for label, *_ in variants:
+            if threads[label]:
+                names = sorted({k for t in threads[label] for k in t})
+                cells = [f"{k} {statistics.median(t.get(k, 0) / p for t, p in zip(threads[label], plain)):.3f}"
+                         for k in names]
+                print(f"  {label:<30}" + ", ".join(cells))
         print("the agent's work per round (median): fanotify events read, lease probes, holder walks, scans")
         for label, *_ in variants:
             if counts[label] and any(any(c) for c in counts[label]):

@@ -1,6 +1,7 @@
 #include "node/observer.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/fanotify.h>
 #include <unistd.h>
@@ -366,6 +367,7 @@ void Observer::Drain() {
 }
 
 void Observer::Run() {
+  ::pthread_setname_np(::pthread_self(), "shmk-observer");  // top -H, the benchmarks' per-thread CPU
   for (;;) {
     pollfd fds[2] = {{fan_->fd(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
