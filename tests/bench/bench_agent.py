@@ -15,7 +15,9 @@ SIZES (default 500,1000,2000,4000) extra idle processes, idle and under churn
 (a file created, held 200 ms, removed, 5 times a second), the scan mode
 (agent.observer: scan, today's agent) beside the fanotify observer, in one
 run, interleaved; the default scanInterval (10 s). Also the /proc walks each
-made.
+made. Agent CPU in ns (a cpuacct cgroup of its own). SHMK_BENCH_MODES=fanotify
+runs the observer's columns only; SHMKEEPERD_BASELINE=<another shmkeeperd>
+adds its observer column.
 
   bench_agent.py preload [ROUNDS] [CYCLES] [OTHER_PRELOAD]   (issue 23)
 The preload's shm_open/ftruncate/mmap/munmap/shm_unlink cycle (shmgrow bench)
@@ -176,6 +178,12 @@ def scaling():
     shm.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "benchshm", str(shm)], check=True)
     rows, sleepers = [], []
+    # SHMK_BENCH_MODES=fanotify: the observer's columns only; SHMKEEPERD_BASELINE: another build's observer beside
+    columns = os.environ.get("SHMK_BENCH_MODES", "scan,fanotify").split(",")
+    binaries = {c: harness.AGENTD for c in columns}
+    if os.environ.get("SHMKEEPERD_BASELINE"):
+        columns.insert(0, "fanotify,baseline")
+        binaries["fanotify,baseline"] = Path(os.environ["SHMKEEPERD_BASELINE"])
     try:
         for n in sizes:
             have = sum(1 for _ in sleepers)
@@ -187,28 +195,34 @@ def scaling():
             procs = sum(1 for d in os.listdir("/proc") if d.isdigit())
             row = {"n": n, "procs": procs}
             for load in ("idle", "churn"):
-                for observer in ("scan", "fanotify"):
-                    agent = start_bench_agent(tmp, [shm], observer)
+                for observer in columns:
+                    saved = harness.AGENTD
+                    harness.AGENTD = binaries[observer]
+                    try:
+                        agent = start_bench_agent(tmp, [shm], observer.split(",")[0])
+                    finally:
+                        harness.AGENTD = saved
                     churn = None
+                    acc = CpuAccount(agent.proc.pid, f"scaling-{n}-{load}-{columns.index(observer)}")
                     try:
                         time.sleep(1)
                         churn = Churn(shm) if load == "churn" else None
-                        w0, c0, t0 = walks(agent), agent_cpu(agent.proc.pid), time.time()
+                        w0, c0, t0 = walks(agent), acc.ns(), time.time()
                         time.sleep(seconds)
-                        cpu = 100 * (agent_cpu(agent.proc.pid) - c0) / (time.time() - t0)
+                        cpu = 100 * (acc.ns() - c0) / 1e9 / (time.time() - t0)
                         row[(load, observer)] = (cpu, walks(agent) - w0)
                     finally:
                         if churn:
                             churn.stop()
                         agent.stop()
+                        acc.close()
             rows.append(row)
             print(f"{n} idle processes done ({procs} on the node)", flush=True)
         print(f"agent CPU, % of one core over {seconds:.0f}s (walks of /proc in that time), scanInterval 10s")
-        print(f"{'processes':>10} | {'idle: scan':>16} {'fanotify':>16} | {'churn 5/s: scan':>16} {'fanotify':>16}")
+        print(f"{'processes':>10} | " + " ".join(f"{l + ': ' + c:>24}" for l in ("idle", "churn 5/s") for c in columns))
         for r in rows:
-            cells = [f"{r[(l, o)][0]:>10.3f}% ({r[(l, o)][1]:>2.0f})" for l in ("idle", "churn")
-                     for o in ("scan", "fanotify")]
-            print(f"{r['procs']:>10} | {cells[0]:>16} {cells[1]:>16} | {cells[2]:>16} {cells[3]:>16}")
+            cells = [f"{r[(l, o)][0]:>10.3f}% ({r[(l, o)][1]:>2.0f})" for l in ("idle", "churn") for o in columns]
+            print(f"{r['procs']:>10} | " + " ".join(f"{c:>24}" for c in cells))
     finally:
         for p in {id(p): p for p in sleepers}.values():
             p.terminate()

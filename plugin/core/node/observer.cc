@@ -123,11 +123,13 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
     std::erase_if(layout_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(all_uses_, [&](dev_t d) { return !devs.count(d); });
     std::erase_if(creators_, [&](const auto& kv) { return !devs.count(kv.first); });
+    int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
     std::erase_if(inodes_, [&](const auto& kv) {
       if (live.count(kv.first)) return false;
-      if (kv.second.marked) counters_.inode_marks--;
+      if (kv.second.marked) unmarked++;
       return true;
     });
+    counters_.inode_marks -= unmarked;
   }
   // The mark stays with its superblock until that goes (a pod's tmpfs goes
   // with the pod); its events are ignored meanwhile.
