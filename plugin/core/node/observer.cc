@@ -227,7 +227,7 @@ std::vector<pid_t> Observer::WalkHolders(const FileKey& key) {
   return pids;
 }
 
-Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey& key) {
+Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const FileKey& key, bool walk) {
   {
     MutexLock l(&mu_);
     Inode& in = inodes_[key];
@@ -245,7 +245,7 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
   // Held: by whom (a holder from before the inode's mark has no event).
   std::vector<pid_t> holders;
   if (v.ok() && *v == ProbeVerdict::kHeld) holders = Holders(key);
-  if (v.ok() && *v == ProbeVerdict::kHeld && holders.empty()) {
+  if (walk && v.ok() && *v == ProbeVerdict::kHeld && holders.empty()) {
     // No process it knows of holds it: walk /proc for it, unless it has let
     // go meanwhile (a file created, used and removed at once, found by a
     // listing in passing: its creator closed and removed it before
@@ -284,7 +284,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
     }
     inodes_[key].dirty = true;  // Check below probes afresh
   }
-  Use fresh = Check(dir_fd, name, key);
+  Use fresh = CheckOne(dir_fd, name, key, /*walk=*/false);
   if (reporter_ && settled && *settled != fresh.held) {
     // A real change between the last event and now would have made it
     // dirty (once its event is read): the event-derived verdict was wrong.

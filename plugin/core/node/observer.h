@@ -150,7 +150,7 @@ class Observer {
   // since, else a fresh probe of `name` below `dir_fd`, which marks the
   // inode for its opens and closes first (see the model). A probe that fails
   // is taken as held (reported).
-  Use Check(int dir_fd, const std::string& name, const FileKey& key);
+  Use Check(int dir_fd, const std::string& name, const FileKey& key) { return CheckOne(dir_fd, name, key, true); }
   // The slow audit of one file: its settled (event-derived) verdict against
   // a fresh probe, and the fresh probe against the /proc walk's `walk_held`.
   // Disagreements are counted (kAuditMissedEvent: the cached verdict was
@@ -184,6 +184,9 @@ class Observer {
   std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
   Use UseLocked(const Inode& in, dev_t dev) const SHMK_REQUIRES(mu_);
   Result<ProbeVerdict> Probe(int dir_fd, const std::string& name, const FileKey& key);
+  // Check; `walk`: a held file no known process holds may be walked for
+  // (not in the audit: its own walk has seeded every holder /proc shows).
+  Use CheckOne(int dir_fd, const std::string& name, const FileKey& key, bool walk);
   // Marks the inode open as `fd` (key `key`) for its opens and closes, or
   // falls back to its filesystem's use mask. Runs inside the probe.
   Status MarkForUse(int fd, const FileKey& key);
