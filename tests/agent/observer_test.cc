@@ -21,6 +21,8 @@
 //   listing cache's signal that sizes changed).
 // Tests wait on the kernel (fsnotify queues events synchronously in the
 // opener's system call: a child reaped means its events are queued).
+#include "node/observer.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -38,7 +40,6 @@
 #include <thread>
 #include <vector>
 
-#include "node/observer.h"
 #include "node/reporter.h"
 #include "support/temp_dir.h"
 

@@ -200,7 +200,8 @@ std::vector<pid_t> Observer::Holders(const FileKey& key) {
   std::vector<pid_t> candidates;
   {
     MutexLock l(&mu_);
-    if (auto it = inodes_.find(key); it != inodes_.end()) candidates.assign(it->second.pids.rbegin(), it->second.pids.rend());
+    if (auto it = inodes_.find(key); it != inodes_.end())
+      candidates.assign(it->second.pids.rbegin(), it->second.pids.rend());
     if (auto it = creators_.find(key.dev); it != creators_.end()) {
       for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
         if (std::find(candidates.begin(), candidates.end(), *p) == candidates.end()) candidates.push_back(*p);

@@ -75,9 +75,9 @@ inline constexpr char kAuditWalkOnly[] = "observer_audit.walk_only";
 inline constexpr char kObserverMarkFallbacks[] = "observer_mark_fallbacks";
 
 struct ObserverCounters {
-  int64_t events = 0;     // events read (merged by the kernel)
-  int64_t overflows = 0;  // FAN_Q_OVERFLOW seen
-  int64_t probes = 0;     // lease probes run
+  int64_t events = 0;          // events read (merged by the kernel)
+  int64_t overflows = 0;       // FAN_Q_OVERFLOW seen
+  int64_t probes = 0;          // lease probes run
   int64_t inode_marks = 0;     // inode marks placed on files the observer still tracks
   int64_t mark_fallbacks = 0;  // filesystems watched for every open and close (an inode mark failed)
   int64_t holder_walks = 0;    // walks of /proc for one held file no event or creator named
@@ -208,7 +208,7 @@ class Observer {
   mutable Mutex mu_;
   std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
   std::set<dev_t> watched_ SHMK_GUARDED_BY(mu_), failed_ SHMK_GUARDED_BY(mu_);
-  std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                     // watched for every open and close
+  std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                      // watched for every open and close
   std::map<dev_t, std::vector<pid_t>> creators_ SHMK_GUARDED_BY(mu_);  // recent FAN_CREATE/MOVED_TO pids
   std::map<dev_t, Clock::time_point> dev_floor_ SHMK_GUARDED_BY(mu_);  // undecodable events per device
   std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
