@@ -18,7 +18,12 @@
 // - a file probed held names its holder: its creator (FAN_CREATE's pid), or
 //   a process that opened it before its mark (one walk of /proc);
 // - close after write(2) or ftruncate of a probed file changes Layout (the
-//   listing cache's signal that sizes changed).
+//   listing cache's signal that sizes changed), and so does its unlink, held
+//   or not (the inode mark's FAN_ATTRIB: the filesystem mark carries no
+//   removals); a probe that finds the name gone makes the listing stale;
+// - a name swapped between the listing and the probe gets no mark;
+// - through a started agent: a file grown by write(2) between two light
+//   scans shows its new size.
 // Tests wait on the kernel (fsnotify queues events synchronously in the
 // opener's system call: a child reaped means its events are queued).
 #include "node/observer.h"
@@ -40,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "node/engine.h"
 #include "node/reporter.h"
 #include "support/temp_dir.h"
 
@@ -405,6 +411,74 @@ TEST_F(ObserverMarksTest, AProbeThatFindsTheNameGoneMakesTheListingStale) {
   Observer::Use u = observer_->Check(dir_fd_, "gone", key);
   EXPECT_FALSE(u.held);
   EXPECT_NE(observer_->Layout(dev_), l0);
+}
+
+TEST_F(ObserverMarksTest, ASwappedNameIsNeitherProbedNorMarked) {
+  // The probe marks the inode it opened, after checking it is the one the
+  // listing showed: a name swapped in between gets no mark.
+  StartObserver();
+  FileKey listed = Make("a");
+  ASSERT_EQ(::renameat(dir_fd_, "a", dir_fd_, "elsewhere"), 0);
+  FileKey swapped_in = Make("a");
+  ASSERT_NE(listed.ino, swapped_in.ino);
+  Observer::Use u = observer_->Check(dir_fd_, "a", listed);
+  EXPECT_TRUE(u.gone);
+  EXPECT_EQ(observer_->counters().inode_marks, 0);
+  int64_t e0 = Events();
+  OpenClose("a");  // the swapped-in inode: no mark, no event
+  EXPECT_EQ(Events(), e0);
+  EXPECT_TRUE(observer_->Check(dir_fd_, "a", swapped_in).probed_now);  // its own first probe marks it
+  EXPECT_EQ(observer_->counters().inode_marks, 1);
+  OpenClose("a");
+  EXPECT_GT(Events(), e0);
+}
+
+// The listing cache of the agent's light scans (node_scan.h) against a file
+// grown by write(2) between two light scans, without filesystem-wide close
+// events: the next light scan shows its new size. (The sizes a scan reports
+// are pages allocated, which statfs shows too; the close-after-write event
+// of the file's inode mark, the other signal, is checked alone by
+// CloseAfterWritingAProbedFileChangesLayout.)
+TEST_F(ObserverMarksTest, AFileGrownBetweenTwoLightScansShowsItsNewSize) {
+  Config config;
+  config.agent.event_socket = "";
+  config.agent.observe = true;
+  config.agent.scan_interval = std::chrono::milliseconds(200);
+  ScanOptions scan;
+  scan.runtime_roots = {};
+  scan.docker_socket = "";
+  scan.host_shm_dirs = {dir_};
+  Agent agent(config, scan);
+  Make("grows", 4096);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_STREQ(agent.observer_mode(), "fanotify");
+  auto bytes = [&]() -> int64_t {
+    for (const PodRecord& p : agent.Snapshot()->pods) {
+      for (const SegmentRecord& s : p.top_segments) {
+        if (s.path == dir_ + "/grows") return s.bytes;
+      }
+    }
+    return -1;
+  };
+  auto light_scans = [&](int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(agent.WaitForScan(agent.scans_completed(), std::chrono::seconds(10)));
+  };
+  light_scans(3);
+  ASSERT_EQ(bytes(), 4096);
+  ASSERT_GE(agent.observer_counters().inode_marks, 1) << "the file was probed (and marked) by a scan";
+  std::string path = dir_ + "/grows";
+  RunChild([&] {
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) ::_exit(1);
+    static char chunk[1 << 16];
+    for (int i = 0; i < 16; ++i) {
+      if (::write(fd, chunk, sizeof chunk) != static_cast<ssize_t>(sizeof chunk)) ::_exit(1);
+    }
+    ::close(fd);
+  });
+  light_scans(3);
+  EXPECT_EQ(bytes(), 4096 + (1 << 20)) << "a light scan reused the listing from before the growth";
+  agent.Stop();
 }
 
 }  // namespace
