@@ -1,11 +1,36 @@
-// fanotify, for the observer: one notification group with a filesystem-wide
-// mark (FAN_MARK_FILESYSTEM) per watched tmpfs, reporting file handles
-// (FAN_REPORT_FID) rather than descriptors (one kernel concern, nsjail style).
+// fanotify, for the observer: one notification group reporting file handles
+// (FAN_REPORT_FID) rather than descriptors, with a filesystem-wide mark
+// (FAN_MARK_FILESYSTEM) per watched tmpfs for creates and renames, and an
+// inode mark (FAN_MARK_INODE) per file the agent has probed for its opens,
+// closes and attribute changes, its unlink included (one kernel concern,
+// nsjail style).
 //
 // Why these choices:
-// - A filesystem mark sees every open and close of every inode on the
-//   superblock, through any mount (bind mounts, another mount namespace's
-//   view of a pod's /dev/shm); a mount mark would miss those.
+// - Filesystem and inode marks see every event of their object, through any
+//   mount (bind mounts, another mount namespace's view of a pod's
+//   /dev/shm); a mount mark would miss those.
+// - Opens and closes only of probed inodes (MarkInode): a file created, used
+//   and removed between two scans is never probed, has no mark, and its
+//   opens and closes cost nothing (fsnotify() returns at once when no mark
+//   on the inode or its superblock asks for FS_OPEN/FS_CLOSE). With
+//   FAN_REPORT_FID the directory events name the directory, not the file,
+//   so those of one directory merge in the queue: a create/use/remove cycle
+//   repeated 20,000 times is a handful of events, not 20,000. Removals are
+//   not watched on the filesystem (each would cost the remover an event):
+//   the removal of a file the agent listed is its inode mark's FAN_ATTRIB
+//   (the link count changed), at the unlink, held or not; a file it never
+//   listed is in no listing to correct.
+// - An inode mark is placed on the probe's own open descriptor
+//   (fanotify_mark(fd, NULL path)), never by name: it marks exactly the inode
+//   the probe checked. It does not keep the file alive: when the last link
+//   goes and the last user closes it, the kernel destroys the inode's marks
+//   (fsnotify_inoderemove) and frees its pages as before (tested:
+//   observer_test's UnlinkedMarkedFileFreesItsPages). It follows the inode
+//   through renames.
+// - When an inode mark cannot be added (the per-user mark limit,
+//   fs.fanotify.max_user_marks, or any error), AllUses widens the filesystem
+//   mark to every open and close on that tmpfs (the observer's fallback): more
+//   events, never missed use.
 // - FID reporting opens nothing in the agent: a descriptor-reporting group
 //   would open each file for each event, an open that breaks reclaim's and
 //   the probe's leases. It also gives FAN_CREATE/FAN_DELETE/FAN_MOVE.
@@ -13,10 +38,10 @@
 //   FAN_Q_OVERFLOW (kOverflow), never silently.
 //
 // Kernel requirements (see docs/agent.md#kernel-requirements): fanotify
-// (2.6.37), FAN_MARK_FILESYSTEM (4.20), FAN_REPORT_FID with FAN_CREATE/
-// FAN_DELETE/FAN_MOVE (5.1), and a tmpfs that reports a non-zero fsid
-// (tmpfs: 5.13; it always encoded file handles); CAP_SYS_ADMIN in the
-// initial user namespace.
+// with inode marks (2.6.37), FAN_MARK_FILESYSTEM (4.20), FAN_REPORT_FID with
+// FAN_CREATE/FAN_DELETE/FAN_MOVE and with inode marks (5.1), and a tmpfs that
+// reports a non-zero fsid (tmpfs: 5.13; it always encoded file handles);
+// CAP_SYS_ADMIN in the initial user namespace.
 //
 // Thread-safety: Mark/Unmark and Read may run on different threads (the
 // group's fd is immutable; the fsid table is guarded).
@@ -49,8 +74,17 @@ class Fanotify {
   // kUnavailable-like errors (EPERM, ENOSYS, EINVAL) say fanotify cannot be used here.
   static Result<std::unique_ptr<Fanotify>> Open();
 
-  // Marks the filesystem of the directory `dir_fd`, whose device is `dev`.
+  // Marks the filesystem of the directory `dir_fd`, whose device is `dev`,
+  // for its directory events: create, rename (FAN_ONDIR included).
   Status Mark(int dir_fd, dev_t dev);
+  // Marks the inode open as `fd` for its opens, closes and attribute changes
+  // (FAN_OPEN, FAN_CLOSE_WRITE, FAN_CLOSE_NOWRITE, FAN_ATTRIB: chmod, chown,
+  // times, link count, so its unlink); adding it again is harmless. Its
+  // filesystem must have been marked (Mark), else its events name dev 0.
+  Status MarkInode(int fd);
+  // Widens the filesystem mark of the object open as `fd` to every open,
+  // close and removal on that filesystem (the fallback when MarkInode fails).
+  Status AllUses(int fd);
   // Forgets `dev` (its mark dies with the superblock; events from it are
   // then reported with dev 0).
   void Forget(dev_t dev);

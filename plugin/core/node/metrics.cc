@@ -118,6 +118,16 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   help("shmkeeper_observer_prober_events_total", "counter",
        "Opens and closes by the other agents' lease probes and reclaims, not taken for use.");
   o << "shmkeeper_observer_prober_events_total " << oc.prober_events << "\n";
+  help("shmkeeper_observer_inode_marks", "gauge",
+       "fanotify inode marks on files the observer tracks (each probed file's opens and closes are events).");
+  o << "shmkeeper_observer_inode_marks " << oc.inode_marks << "\n";
+  help("shmkeeper_observer_mark_fallbacks_total", "counter",
+       "tmpfs where an inode mark could not be added (mark limit, error): watched for every open and close "
+       "instead.");
+  o << "shmkeeper_observer_mark_fallbacks_total " << oc.mark_fallbacks << "\n";
+  help("shmkeeper_observer_holder_walks_total", "counter",
+       "Walks of /proc for one file probed held whose holder no event and no recent creator named.");
+  o << "shmkeeper_observer_holder_walks_total " << oc.holder_walks << "\n";
   help("shmkeeper_observer_audit_disagreements_total", "counter",
        "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "
        "verdict was wrong), walk_only (a holder only /proc shows, e.g. an O_PATH descriptor).");

@@ -1,6 +1,7 @@
 #include "node/node_events.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
@@ -72,6 +73,7 @@ Status EventReceiver::Start() {
 }
 
 void EventReceiver::Run() {
+  ::pthread_setname_np(::pthread_self(), "shmk-datagrams");  // top -H, the benchmarks' per-thread CPU
   // Every wakeup drains what has queued (up to kBatch datagrams, then the
   // stop eventfd is looked at again): a burst of records costs one poll.
   constexpr int kBatch = 256;
@@ -224,6 +226,7 @@ void ChangeWatcher::Sync() {
 }
 
 void ChangeWatcher::Run() {
+  ::pthread_setname_np(::pthread_self(), "shmk-inotify");  // top -H, the benchmarks' per-thread CPU
   alignas(inotify_event) char buf[16384];
   while (WaitReadable(inotify_.get(), stop_.get())) {
     bool any = false;

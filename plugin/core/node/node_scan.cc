@@ -455,6 +455,9 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
     std::optional<Observer::Use> use;
     if (observer) {
       use = walked ? observer->Audit(dir_fd, f.path, f.key, walk_held) : observer->Check(dir_fd, f.path, f.key);
+      // Removed since the listing (a file created and removed at once, seen
+      // in passing): no leak, nothing to read for it (the listing is redone).
+      if (use->gone && !walk_held) continue;
     }
     if (walk_held || (use && use->held)) {
       pid_t holder = walk_held ? held->second.front().pid : (use && !use->pids.empty() ? use->pids.back() : 0);

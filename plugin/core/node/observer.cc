@@ -1,12 +1,14 @@
 #include "node/observer.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/fanotify.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 
 #include "scan/lease_probe.h"
 
@@ -14,9 +16,11 @@ namespace shmkeeper {
 namespace {
 
 constexpr size_t kMaxPids = 8;
-constexpr size_t kBatch = 4096;  // events applied at once (after one look at who else probes)
+constexpr size_t kBatch = 4096;     // events applied at once (after one look at who else probes)
+constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
-constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE;
+// FAN_ATTRIB: a marked file's link count (its unlink), mode, owner or times.
+constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB;
 
 std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
 
@@ -26,11 +30,29 @@ std::string PidList(const std::set<pid_t>& pids) {
   return out;
 }
 
+// Half of fs.fanotify.max_user_marks (shared by root's fanotify groups on the
+// node); -1 (unlimited: the kernel's ENOSPC still stops us) when unreadable.
+int64_t DefaultMarkBudget() {
+  std::ifstream in("/proc/sys/fs/fanotify/max_user_marks");
+  int64_t n = 0;
+  if (!(in >> n) || n <= 0) return -1;
+  return n / 2;
+}
+
+void Remember(std::vector<pid_t>* pids, pid_t pid, size_t max) {
+  std::erase(*pids, pid);
+  pids->push_back(pid);
+  if (pids->size() > max) pids->erase(pids->begin());
+}
+
 }  // namespace
 
 Observer::Observer(std::function<void()> on_change, std::function<void()> on_overflow, Reporter* reporter,
-                   std::chrono::milliseconds drain)
-    : on_change_(std::move(on_change)), on_overflow_(std::move(on_overflow)), reporter_(reporter), drain_(drain) {}
+                   ObserverOptions opts)
+    : on_change_(std::move(on_change)),
+      on_overflow_(std::move(on_overflow)),
+      reporter_(reporter),
+      opts_(std::move(opts)) {}
 
 Observer::~Observer() {
   if (stop_.valid()) {
@@ -47,6 +69,7 @@ void Observer::SetProbers(std::shared_ptr<ProberRegistry> probers, std::function
 
 Status Observer::Start() {
   SHMK_ASSIGN_OR_RETURN(fan_, Fanotify::Open());
+  max_marks_ = opts_.max_inode_marks ? *opts_.max_inode_marks : DefaultMarkBudget();
   stop_.reset(::eventfd(0, EFD_CLOEXEC));
   if (!stop_.valid()) return Status::FromErrno(errno, "eventfd");
   self_ = ::getpid();
@@ -110,7 +133,15 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
     std::erase_if(failed_, [&](dev_t d) { return !devs.count(d); });
     std::erase_if(dev_floor_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(layout_, [&](const auto& kv) { return !devs.count(kv.first); });
-    std::erase_if(inodes_, [&](const auto& kv) { return !live.count(kv.first); });
+    std::erase_if(all_uses_, [&](dev_t d) { return !devs.count(d); });
+    std::erase_if(creators_, [&](const auto& kv) { return !devs.count(kv.first); });
+    int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
+    std::erase_if(inodes_, [&](const auto& kv) {
+      if (live.count(kv.first)) return false;
+      if (kv.second.marked) unmarked++;
+      return true;
+    });
+    counters_.inode_marks -= unmarked;
   }
   // The mark stays with its superblock until that goes (a pod's tmpfs goes
   // with the pod); its events are ignored meanwhile.
@@ -133,17 +164,83 @@ Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
   return u;
 }
 
-Result<bool> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
+Result<ProbeVerdict> Observer::Probe(int dir_fd, const std::string& name, const FileKey& key) {
   {
     MutexLock l(&mu_);
     counters_.probes++;
   }
-  Result<ProbeVerdict> v = ProbeLease(dir_fd, name, key);
-  if (!v.ok()) return v.status();
-  return *v == ProbeVerdict::kHeld;  // kGone: the file went since the directory was read; nobody holds this name
+  return ProbeLease(dir_fd, name, key, nullptr, [this, &key](int fd) { return MarkForUse(fd, key); });
 }
 
-Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey& key) {
+Status Observer::MarkForUse(int fd, const FileKey& key) {
+  bool over_budget = false;
+  {
+    MutexLock l(&mu_);
+    if (all_uses_.count(key.dev)) return Status::Ok();  // every open there is an event already
+    auto it = inodes_.find(key);
+    bool marked = it != inodes_.end() && it->second.marked;
+    over_budget = !marked && max_marks_ >= 0 && counters_.inode_marks >= max_marks_;
+  }
+  Status s = over_budget ? Status::Precondition("the observer's budget of " + std::to_string(max_marks_) +
+                                                " inode marks (half of fs.fanotify.max_user_marks) is spent")
+                         : fan_->MarkInode(fd);
+  if (s.ok()) {
+    MutexLock l(&mu_);
+    Inode& in = inodes_[key];
+    if (!in.marked) counters_.inode_marks++;
+    in.marked = true;
+    return Status::Ok();
+  }
+  // Never a probe-only mode: every open and close on this tmpfs is an event
+  // from here on (before the lease is tried, so nothing falls between).
+  Status wide = fan_->AllUses(fd);
+  if (!wide.ok()) return wide.WithContext("after " + s.message());
+  {
+    MutexLock l(&mu_);
+    if (!all_uses_.insert(key.dev).second) return Status::Ok();
+    counters_.mark_fallbacks++;
+  }
+  if (reporter_) {
+    reporter_->Report(kObserverMarkFallbacks, "cannot mark inodes on the tmpfs of device " + std::to_string(key.dev) +
+                                                  " (" + s.message() +
+                                                  "): watching every open and close there instead (more events)");
+  }
+  return Status::Ok();
+}
+
+std::vector<pid_t> Observer::Holders(const FileKey& key) {
+  std::vector<pid_t> candidates;
+  {
+    MutexLock l(&mu_);
+    if (auto it = inodes_.find(key); it != inodes_.end())
+      candidates.assign(it->second.pids.rbegin(), it->second.pids.rend());
+    if (auto it = creators_.find(key.dev); it != creators_.end()) {
+      for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
+        if (std::find(candidates.begin(), candidates.end(), *p) == candidates.end()) candidates.push_back(*p);
+      }
+    }
+  }
+  for (pid_t pid : candidates) {
+    if (ProcessHolds(pid, key, opts_.proc)) return {pid};
+  }
+  return {};
+}
+
+std::vector<pid_t> Observer::WalkHolders(const FileKey& key) {
+  {
+    MutexLock l(&mu_);
+    counters_.holder_walks++;
+  }
+  std::vector<pid_t> pids;
+  for (const auto& [_, refs] : ScanHolders({key}, opts_.proc)) {
+    for (const HolderRef& r : refs) {
+      if (std::find(pids.begin(), pids.end(), r.pid) == pids.end()) pids.push_back(r.pid);
+    }
+  }
+  return pids;
+}
+
+Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const FileKey& key, bool walk) {
   {
     MutexLock l(&mu_);
     Inode& in = inodes_[key];
@@ -155,19 +252,40 @@ Observer::Use Observer::Check(int dir_fd, const std::string& name, const FileKey
     in.probing++;
     in.prober_closed = false;
   }
-  Result<bool> held = Probe(dir_fd, name, key);
-  if (!held.ok() && reporter_) {
+  Result<ProbeVerdict> v = Probe(dir_fd, name, key);
+  if (!v.ok() && reporter_) {
     reporter_->Report(kObserverProbeErrors,
-                      "lease probe of " + name + " failed (kept as held): " + held.status().message());
+                      "lease probe of " + name + " failed (kept as held): " + v.status().message());
+  }
+  // Held: by whom (a holder from before the inode's mark has no event).
+  std::vector<pid_t> holders;
+  if (v.ok() && *v == ProbeVerdict::kHeld) holders = Holders(key);
+  if (walk && v.ok() && *v == ProbeVerdict::kHeld && holders.empty()) {
+    // No process it knows of holds it: walk /proc for it, unless it has let
+    // go meanwhile (a file created, used and removed at once, found by a
+    // listing in passing: its creator closed and removed it before
+    // ProcessHolds looked). The newer verdict stands.
+    Result<ProbeVerdict> again = Probe(dir_fd, name, key);
+    if (again.ok() && *again != ProbeVerdict::kHeld) {
+      v = again;
+    } else {
+      holders = WalkHolders(key);
+    }
   }
   MutexLock l(&mu_);
   Inode& in = inodes_[key];
   if (in.probing > 0) in.probing--;
+  for (pid_t pid : holders) Remember(&in.pids, pid, kMaxPids);
   in.probed = true;
-  in.held = !held.ok() || *held;
-  if (!held.ok()) in.dirty = true;
+  // kGone: the name is gone since the directory was read (nobody holds this
+  // name); the listing that showed it is stale, and this inode, unmarked,
+  // would report no removal: list again.
+  in.held = !v.ok() || *v == ProbeVerdict::kHeld;
+  if (!v.ok() || *v == ProbeVerdict::kGone) in.dirty = true;
+  if (v.ok() && *v == ProbeVerdict::kGone) layout_[key.dev]++;
   Use u = UseLocked(in, key.dev);
   u.probed_now = true;
+  u.gone = v.ok() && *v == ProbeVerdict::kGone;
   return u;
 }
 
@@ -184,7 +302,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
     }
     inodes_[key].dirty = true;  // Check below probes afresh
   }
-  Use fresh = Check(dir_fd, name, key);
+  Use fresh = CheckOne(dir_fd, name, key, /*walk=*/false);
   // "Held" by a probe that another agent's overlapping probe answered (its
   // close was not taken for use): a known residue, not a missed event.
   bool overlap = settled && *settled && !fresh.held && prober_closed;
@@ -230,6 +348,9 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   if (e.mask & kChange) layout_[e.dev]++;
   if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
+  if ((e.mask & (FAN_CREATE | FAN_MOVED_TO)) && !(e.mask & FAN_ONDIR) && e.pid > 0 && !others_.count(e.pid)) {
+    Remember(&creators_[e.dev], e.pid, kMaxCreators);  // the likely holders of files first probed held
+  }
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
   if (e.pid > 0 && others_.count(e.pid)) {  // another agent's probe or reclaim
     OnProberUse(e);
@@ -244,11 +365,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   in.active = true;
   in.last_activity = now;
   in.rechecked = false;
-  if (e.pid > 0) {
-    std::erase(in.pids, e.pid);
-    in.pids.push_back(e.pid);
-    if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
-  }
+  if (e.pid > 0) Remember(&in.pids, e.pid, kMaxPids);
 }
 
 void Observer::OnProberUse(const FanEvent& e) {
@@ -334,6 +451,7 @@ void Observer::Drain() {
 }
 
 void Observer::Run() {
+  ::pthread_setname_np(::pthread_self(), "shmk-observer");  // top -H, the benchmarks' per-thread CPU
   for (;;) {
     pollfd fds[2] = {{fan_->fd(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
@@ -345,7 +463,7 @@ void Observer::Run() {
     // Let events queue (and merge) for a while: the cost follows activity,
     // not the number of opens.
     pollfd stop = {stop_.get(), POLLIN, 0};
-    if (::poll(&stop, 1, static_cast<int>(drain_.count())) > 0) return;
+    if (::poll(&stop, 1, static_cast<int>(opts_.drain.count())) > 0) return;
   }
 }
 

@@ -1,19 +1,31 @@
 // The observer: who uses the node's shm files, learnt from the kernel as it
 // happens instead of by walking /proc (docs/agent.md#how-it-observes).
 //
-// Model. Each watched tmpfs has a fanotify filesystem mark (fanotify.h). Every
-// open and every close of any file on it, by any process in any namespace,
-// is an event naming the inode and the process. Per inode the observer keeps
-// the time of the last open or close it saw, the pids seen, and the verdict
-// of its last lease probe (lease_probe.h). An event makes the inode dirty; a
-// dirty (or never probed) inode is probed again when a scan asks (Check), and
-// nothing else is ever probed. So:
+// Model. Each watched tmpfs has a fanotify filesystem mark for its directory
+// events (create, rename), and each file the agent has probed an inode mark
+// for its opens, closes and attribute changes (its unlink: fanotify.h). The inode mark is placed
+// inside the probe, on the probe's own descriptor, before the lease is tried
+// (lease_probe.h): an open of that inode by any process in any namespace
+// after the mark is an event naming the inode and the process; a holder from
+// before the mark makes the lease fail. A file's first Check probes it, so
+// from the first scan that lists a file on, none of its opens is missed; a
+// file created, used and removed between two scans is never probed and its
+// opens cost no event. Per inode the observer keeps the time of the last open
+// or close it saw, the pids seen, and the verdict of its last lease probe
+// (lease_probe.h). An event makes the inode dirty; a dirty (or never probed)
+// inode is probed again when a scan asks (Check), and nothing else is ever
+// probed. So:
 //  - "held" is the kernel's word at the moment of the probe, and stays true
 //    until a close is reported (a release of any open file description,
 //    including the last munmap of a closed fd, is a FAN_CLOSE event);
 //  - "unheld since" is the time of the last open or close reported for the
 //    inode (or of the first probe that found it unheld, when it has had no
-//    event since the agent started): use between two scans is never missed.
+//    event since its mark): use between two scans is never missed for a file
+//    the agent has seen.
+// When an inode mark cannot be added (fs.fanotify.max_user_marks, the
+// agent's own budget of half of it, any error), that tmpfs falls back to a
+// filesystem-wide mark for opens and closes too: every open there is an event
+// again (reported once per filesystem, counted), never a probe-only mode.
 // Lost events (FAN_Q_OVERFLOW) make every inode dirty and move every
 // "unheld since" to the overflow (counted; the agent then walks /proc). An
 // event whose inode cannot be decoded makes its whole filesystem dirty the
@@ -31,6 +43,12 @@
 // overlap keeps the cached "held" until the next real event or the slow
 // audit (the safe direction), which re-probes it and does not count it as a
 // missed event.
+//
+// Holders' pids: a probe that finds a file held names the processes it can
+// confirm holding it (ProcessHolds): the pids its events named, else the
+// recent creators of files on that tmpfs (a FAN_CREATE names its process),
+// else, when a second probe still says held, one walk of /proc for that file
+// (a holder that opened it before its mark and created nothing there).
 //
 // The probe's blind spot is an O_PATH-only holder: it can neither read nor
 // map the file, and the walks that remain (reclaim's final check, the slow
@@ -59,6 +77,7 @@
 #include "node/fanotify.h"
 #include "node/probers.h"
 #include "node/reporter.h"
+#include "scan/lease_probe.h"
 #include "scan/proc_table.h"
 
 namespace shmkeeper {
@@ -68,13 +87,28 @@ inline constexpr char kObserverProbeErrors[] = "observer_probe_errors";
 inline constexpr char kObserverProberErrors[] = "observer_prober_errors";
 inline constexpr char kAuditMissedEvent[] = "observer_audit.missed_event";
 inline constexpr char kAuditWalkOnly[] = "observer_audit.walk_only";
+inline constexpr char kObserverMarkFallbacks[] = "observer_mark_fallbacks";
 
 struct ObserverCounters {
-  int64_t events = 0;         // events read (merged by the kernel)
-  int64_t overflows = 0;      // FAN_Q_OVERFLOW seen
-  int64_t probes = 0;         // lease probes run
-  int64_t other_agents = 0;   // other shmkeeperd processes registered as probers, at the last look
-  int64_t prober_events = 0;  // their opens and closes, not taken for use
+  int64_t events = 0;          // events read (merged by the kernel)
+  int64_t overflows = 0;       // FAN_Q_OVERFLOW seen
+  int64_t probes = 0;          // lease probes run
+  int64_t other_agents = 0;    // other shmkeeperd processes registered as probers, at the last look
+  int64_t prober_events = 0;   // their opens and closes, not taken for use
+  int64_t inode_marks = 0;     // inode marks placed on files the observer still tracks
+  int64_t mark_fallbacks = 0;  // filesystems watched for every open and close (an inode mark failed)
+  int64_t holder_walks = 0;    // walks of /proc for one held file no event or creator named
+};
+
+struct ObserverOptions {
+  // How long events may queue between reads (merging them).
+  std::chrono::milliseconds drain{100};
+  std::string proc = "/proc";
+  // At most this many inode marks (nullopt: half of
+  // fs.fanotify.max_user_marks, read at Start, which root's other fanotify
+  // users on the node share; unlimited when unreadable). Past it, a
+  // filesystem falls back to its filesystem-wide use mask. Tests lower it.
+  std::optional<int64_t> max_inode_marks;
 };
 
 class Observer {
@@ -84,9 +118,8 @@ class Observer {
   // (usage may have changed; a light refresh is due). `on_overflow`: events
   // were lost (a walk of /proc is due). `reporter` (may be null; outlives the
   // observer) gets marks that fail, probes that fail and audit disagreements.
-  // `drain` is how long events may queue between reads (merging them).
   Observer(std::function<void()> on_change, std::function<void()> on_overflow, Reporter* reporter,
-           std::chrono::milliseconds drain = std::chrono::milliseconds(100));
+           ObserverOptions opts = {});
   ~Observer();
 
   // The registry of the node's other agents (probers.h; shared, may be null:
@@ -111,14 +144,20 @@ class Observer {
   void Seed(const FileKey& key, const std::vector<pid_t>& pids);
   bool Watching(dev_t dev) const;
   // A number that changes whenever the set of files on the watched `dev`, or
-  // a file's size through write(2), may have changed: a create, delete or
-  // rename (FAN_CREATE, FAN_DELETE, FAN_MOVED_FROM/TO) or a close after
-  // writing (FAN_CLOSE_WRITE), by any process, the agent included; lost
-  // events change every device's. nullopt when `dev` is not watched. What
-  // the events cannot tell (pages written or punched through a mapping) is
-  // in statfs; the scan compares that too (node_scan.h: the listing cache).
+  // a file's size through write(2), may have changed: a create or rename
+  // (FAN_CREATE, FAN_MOVED_FROM/TO), or the unlink, an attribute change
+  // (FAN_ATTRIB) or a close after writing (FAN_CLOSE_WRITE) of a file the
+  // observer has probed (every file a listing showed: a newer one is a
+  // create; in the fallback, FAN_DELETE of any), by any process, the agent
+  // included; lost events change every device's. nullopt when `dev` is not
+  // watched. What the events cannot tell (pages written or punched through a
+  // mapping, a write through a descriptor still open) is in statfs; the scan
+  // compares that too (node_scan.h: the listing cache).
   std::optional<uint64_t> Layout(dev_t dev) const;
-  // Forgets devices not in `devs` and inodes not in `live`.
+  // Forgets devices not in `devs` and inodes not in `live`. Their marks are
+  // not removed: an inode's go with the inode (a file no longer listed is a
+  // removed one; a tmpfs no longer watched goes with its pod), a
+  // filesystem's with the superblock; their events are ignored meanwhile.
   void Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live);
 
   struct Use {
@@ -128,11 +167,13 @@ class Observer {
     std::optional<Clock::time_point> last_activity;
     std::vector<pid_t> pids;  // processes seen opening or closing it (at most 8, newest last)
     bool probed_now = false;  // this answer is a fresh probe (else the cached verdict)
+    bool gone = false;        // the fresh probe found the name gone (or another inode): not a file any more
   };
   // The file's use now: the last probe's verdict when no event touched it
-  // since, else a fresh probe of `name` below `dir_fd`. A probe that fails is
-  // taken as held (reported).
-  Use Check(int dir_fd, const std::string& name, const FileKey& key);
+  // since, else a fresh probe of `name` below `dir_fd`, which marks the
+  // inode for its opens and closes first (see the model). A probe that fails
+  // is taken as held (reported).
+  Use Check(int dir_fd, const std::string& name, const FileKey& key) { return CheckOne(dir_fd, name, key, true); }
   // The slow audit of one file: its settled (event-derived) verdict against
   // a fresh probe, and the fresh probe against the /proc walk's `walk_held`.
   // Disagreements are counted (kAuditMissedEvent: the cached verdict was
@@ -155,6 +196,7 @@ class Observer {
     bool dirty = true;
     bool probed = false;
     bool held = true;
+    bool marked = false;  // an inode mark was placed (counted in inode_marks)
     Clock::time_point probed_at{};
     std::vector<pid_t> pids;
     int probing = 0;             // probes of it running now
@@ -171,11 +213,23 @@ class Observer {
   // files on `dev`. REQUIRES: mu_ held.
   std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
   Use UseLocked(const Inode& in, dev_t dev) const SHMK_REQUIRES(mu_);
-  Result<bool> Probe(int dir_fd, const std::string& name, const FileKey& key);
+  Result<ProbeVerdict> Probe(int dir_fd, const std::string& name, const FileKey& key);
+  // Check; `walk`: a held file no known process holds may be walked for
+  // (not in the audit: its own walk has seeded every holder /proc shows).
+  Use CheckOne(int dir_fd, const std::string& name, const FileKey& key, bool walk);
+  // Marks the inode open as `fd` (key `key`) for its opens and closes, or
+  // falls back to its filesystem's use mask. Runs inside the probe.
+  Status MarkForUse(int fd, const FileKey& key);
+  // The pid holding `key` now, among those its events named and the recent
+  // creators on its tmpfs (none when none does).
+  std::vector<pid_t> Holders(const FileKey& key);
+  // The pids holding `key`, from a walk of /proc (counted).
+  std::vector<pid_t> WalkHolders(const FileKey& key);
 
   std::function<void()> on_change_, on_overflow_;
   Reporter* reporter_;
-  std::chrono::milliseconds drain_;
+  ObserverOptions opts_;
+  int64_t max_marks_ = -1;  // -1: unlimited
   std::unique_ptr<Fanotify> fan_;
   UniqueFd stop_;
   std::thread thread_;
@@ -184,6 +238,8 @@ class Observer {
   mutable Mutex mu_;
   std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
   std::set<dev_t> watched_ SHMK_GUARDED_BY(mu_), failed_ SHMK_GUARDED_BY(mu_);
+  std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                      // watched for every open and close
+  std::map<dev_t, std::vector<pid_t>> creators_ SHMK_GUARDED_BY(mu_);  // recent FAN_CREATE/MOVED_TO pids
   std::map<dev_t, Clock::time_point> dev_floor_ SHMK_GUARDED_BY(mu_);  // undecodable events per device
   std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
   std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow

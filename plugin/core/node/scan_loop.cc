@@ -1,5 +1,7 @@
 #include "node/scan_loop.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace shmkeeper {
@@ -38,6 +40,7 @@ void ScanLoop::Stop() {
 }
 
 void ScanLoop::Run() {
+  ::pthread_setname_np(::pthread_self(), "shmk-scan");  // top -H, the benchmarks' per-thread CPU
   using Steady = std::chrono::steady_clock;
   mu_.Lock();
   auto last = Steady::now();

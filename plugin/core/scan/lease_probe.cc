@@ -13,7 +13,8 @@
 namespace shmkeeper {
 
 Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key,
-                                const std::function<void()>& inside_window) {
+                                const std::function<void()>& inside_window,
+                                const std::function<Status(int fd)>& before_lease) {
   UniqueFd file;
   if (name.find('/') == std::string::npos) {
     file.reset(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
@@ -29,6 +30,9 @@ Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileK
   struct stat st;
   if (::fstat(file.get(), &st) != 0) return Status::FromErrno(errno, "probe fstat " + name);
   if (!S_ISREG(st.st_mode) || st.st_dev != key.dev || st.st_ino != key.ino) return ProbeVerdict::kGone;
+  // The hook sees exactly the inode the lease is tried on (the descriptor,
+  // never the name, which could be swapped meanwhile).
+  if (before_lease) SHMK_RETURN_IF_ERROR(before_lease(file.get()));
   // An open that breaks our lease makes the kernel signal the lease holder
   // (this process) with the file's F_SETSIG signal: SIGCONT, so that a
   // stopped agent is resumed by the very open it would block, and releases

@@ -43,8 +43,14 @@ enum class ProbeVerdict {
 
 // Probes `name` (relative to the directory `dir_fd`, no slashes followed
 // through symlinks) expected to be inode `key`. `inside_window` (tests only)
-// runs while the lease is held.
+// runs while the lease is held. `before_lease` (may be null) runs on the
+// probe's own read-only descriptor once it is known to be inode `key`, before
+// the lease is tried: the observer marks the inode there (observer.h), so
+// that any open after the mark is an event and any holder from before it
+// makes the lease fail. An error from it ends the probe with that error
+// (the caller keeps the file as held).
 Result<ProbeVerdict> ProbeLease(int dir_fd, const std::string& name, const FileKey& key,
-                                const std::function<void()>& inside_window = nullptr);
+                                const std::function<void()>& inside_window = nullptr,
+                                const std::function<Status(int fd)>& before_lease = nullptr);
 
 }  // namespace shmkeeper

@@ -1,0 +1,485 @@
+// The observer's fanotify marks on the real kernel (issue 23): the
+// filesystem mark carries only directory events, each probed file gets an
+// inode mark for its opens and closes, placed by the probe on its own
+// descriptor (observer.h). Each test runs on a private tmpfs in a private
+// mount namespace (gone with the test process), with real child processes:
+// - a file probed unheld, then opened and closed once by another process
+//   between two checks: the event dirties it and moves its activity time;
+// - a file renamed after its probe keeps its mark: its next use is an event;
+// - churn (files created, used, removed between two checks, never probed)
+//   costs no use event; with the filesystem-wide fallback (the positive
+//   control) the same churn costs one per file;
+// - the mark budget spent (the seam ObserverOptions::max_inode_marks; the
+//   real limit, fs.fanotify.max_user_marks, is a node-wide sysctl and is not
+//   touched): that tmpfs falls back to every open and close, counted and
+//   reported once, and use of a file probed after that is still seen;
+// - a marked file, unlinked and closed, frees its pages (the mark does not
+//   pin the inode), also when a holder closes it after the unlink;
+// - a file probed held names its holder: its creator (FAN_CREATE's pid), or
+//   a process that opened it before its mark (one walk of /proc);
+// - close after write(2) or ftruncate of a probed file changes Layout (the
+//   listing cache's signal that sizes changed), and so does its unlink, held
+//   or not (the inode mark's FAN_ATTRIB: the filesystem mark carries no
+//   removals); a probe that finds the name gone makes the listing stale;
+// - a name swapped between the listing and the probe gets no mark;
+// - through a started agent: a file grown by write(2) between two light
+//   scans shows its new size.
+// Tests wait on the kernel (fsnotify queues events synchronously in the
+// opener's system call: a child reaped means its events are queued).
+#include "node/observer.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "node/engine.h"
+#include "node/reporter.h"
+#include "support/temp_dir.h"
+
+namespace shmkeeper {
+namespace {
+
+class ObserverMarksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(tmp_.ok());
+    // A private mount namespace (the process is single-threaded here): the
+    // tmpfs goes with the test process whatever happens.
+    ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << "needs root: " << ::strerror(errno);
+    ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);
+    dir_ = tmp_.path();
+    ASSERT_EQ(::mount("shmk-observer-test", dir_.c_str(), "tmpfs", 0, "size=256m"), 0) << ::strerror(errno);
+    dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(dir_fd_, 0);
+    struct stat st;
+    ASSERT_EQ(::fstat(dir_fd_, &st), 0);
+    dev_ = st.st_dev;
+  }
+  void TearDown() override {
+    observer_.reset();
+    for (pid_t p : children_) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+
+  void StartObserver(std::optional<int64_t> max_marks = std::nullopt) {
+    ObserverOptions opts;
+    opts.max_inode_marks = max_marks;
+    observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, opts);
+    Status s = observer_->Start();
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));
+  }
+
+  FileKey Make(const std::string& name, size_t bytes = 4096) {
+    std::string path = dir_ + "/" + name;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0) << path;
+    std::string data(bytes, 'x');
+    EXPECT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(bytes));
+    ::close(fd);
+    return Key(name);
+  }
+  FileKey Key(const std::string& name) {
+    struct stat st {};
+    EXPECT_EQ(::fstatat(dir_fd_, name.c_str(), &st, 0), 0) << name;
+    return FileKey{st.st_dev, st.st_ino};
+  }
+
+  // Runs `fn` in a child process to its end (its events are then queued).
+  static pid_t RunChild(const std::function<void()>& fn) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      fn();
+      ::_exit(0);
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return pid;
+  }
+  // Runs `hold` in a child that signals readiness, then stays until killed.
+  pid_t Spawn(const std::function<void()>& hold) {
+    int p[2];
+    EXPECT_EQ(::pipe(p), 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(p[0]);
+      hold();
+      char c = 'r';
+      (void)!::write(p[1], &c, 1);
+      for (;;) ::pause();
+    }
+    ::close(p[1]);
+    char c;
+    EXPECT_EQ(::read(p[0], &c, 1), 1);
+    ::close(p[0]);
+    children_.push_back(pid);
+    return pid;
+  }
+  void Kill(pid_t pid) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    std::erase(children_, pid);
+  }
+
+  void OpenClose(const std::string& name, int flags = O_RDONLY) {
+    std::string path = dir_ + "/" + name;
+    RunChild([&] {
+      int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+      if (fd < 0) ::_exit(1);
+      ::close(fd);
+    });
+  }
+
+  // Files created, written, closed and removed by a child, never probed.
+  void Churn(int n) {
+    RunChild([&] {
+      for (int i = 0; i < n; ++i) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/churn_%d", dir_.c_str(), i);
+        int fd = ::open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) ::_exit(1);
+        if (::write(fd, "c", 1) != 1) ::_exit(1);
+        ::close(fd);
+        fd = ::open(path, O_RDONLY | O_CLOEXEC);  // a reader too
+        if (fd < 0) ::_exit(1);
+        ::close(fd);
+        ::unlink(path);
+      }
+    });
+  }
+
+  int64_t Events() {
+    observer_->Drain();
+    return observer_->counters().events;
+  }
+
+  uint64_t UsedBlocks() {
+    struct statfs sf;
+    EXPECT_EQ(::fstatfs(dir_fd_, &sf), 0);
+    return sf.f_blocks - sf.f_bfree;
+  }
+
+  test::TempDir tmp_{"/tmp/shmk-observer-"};
+  std::string dir_;
+  int dir_fd_ = -1;
+  dev_t dev_ = 0;
+  Reporter reporter_;
+  std::unique_ptr<Observer> observer_;
+  std::vector<pid_t> children_;
+};
+
+TEST_F(ObserverMarksTest, UseBetweenTwoChecksOfAProbedFileIsSeen) {
+  StartObserver();
+  FileKey key = Make("seg");
+  Observer::Use first = observer_->Check(dir_fd_, "seg", key);
+  EXPECT_TRUE(first.probed_now);
+  EXPECT_FALSE(first.held);
+  EXPECT_EQ(observer_->counters().inode_marks, 1);
+  observer_->Drain();
+  Observer::Use idle = observer_->Check(dir_fd_, "seg", key);
+  EXPECT_FALSE(idle.probed_now) << "nothing happened: the cached verdict";
+  EXPECT_FALSE(idle.last_activity.has_value());
+
+  auto before = Observer::Clock::now();
+  pid_t user = 0;
+  std::string path = dir_ + "/seg";
+  user = RunChild([&] {
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) ::_exit(1);
+    ::close(fd);
+  });
+  observer_->Drain();
+  Observer::Use after = observer_->Check(dir_fd_, "seg", key);
+  EXPECT_TRUE(after.probed_now) << "the open and close by another process made it dirty";
+  EXPECT_FALSE(after.held);
+  ASSERT_TRUE(after.last_activity.has_value()) << "the inode mark reported no use";
+  EXPECT_GE(*after.last_activity, before);
+  EXPECT_NE(std::find(after.pids.begin(), after.pids.end(), user), after.pids.end());
+  EXPECT_EQ(observer_->counters().mark_fallbacks, 0);
+}
+
+TEST_F(ObserverMarksTest, RenameKeepsTheMark) {
+  StartObserver();
+  FileKey key = Make("before");
+  EXPECT_TRUE(observer_->Check(dir_fd_, "before", key).probed_now);
+  ASSERT_EQ(::renameat(dir_fd_, "before", dir_fd_, "after"), 0);
+  observer_->Drain();
+  EXPECT_FALSE(observer_->Check(dir_fd_, "after", key).probed_now) << "a rename is no use";
+  OpenClose("after");
+  observer_->Drain();
+  Observer::Use u = observer_->Check(dir_fd_, "after", key);
+  EXPECT_TRUE(u.probed_now) << "the open after the rename was no event: the mark did not follow the inode";
+  EXPECT_TRUE(u.last_activity.has_value());
+}
+
+TEST_F(ObserverMarksTest, ChurnOfUnprobedFilesCostsNoUseEvent) {
+  StartObserver();
+  FileKey key = Make("probed");
+  observer_->Check(dir_fd_, "probed", key);
+  int64_t e0 = Events();
+  Churn(2000);
+  int64_t churn_events = Events() - e0;
+  // The directory events (creates, deletes) name the directory and merge:
+  // a few per drain, none per file.
+  EXPECT_LT(churn_events, 50) << "2,000 files created, used and removed cost " << churn_events << " events";
+  // The probed file's use is still an event (the same group works).
+  OpenClose("probed");
+  EXPECT_GT(Events(), e0 + churn_events);
+}
+
+TEST_F(ObserverMarksTest, ChurnCostsEventsWithTheFilesystemWideFallback) {
+  // The positive control of the test above: with no inode mark allowed,
+  // the tmpfs falls back to every open and close, and the same churn is an
+  // event per file (each one a new inode: nothing to merge with).
+  StartObserver(/*max_marks=*/0);
+  FileKey key = Make("probed");
+  observer_->Check(dir_fd_, "probed", key);
+  ASSERT_EQ(observer_->counters().mark_fallbacks, 1);
+  int64_t e0 = Events();
+  Churn(2000);
+  EXPECT_GE(Events() - e0, 1000);
+}
+
+TEST_F(ObserverMarksTest, MarkBudgetSpentFallsBackToEveryOpenOnThatTmpfs) {
+  StartObserver(/*max_marks=*/1);
+  FileKey a = Make("a");
+  FileKey b = Make("b");
+  EXPECT_TRUE(observer_->Check(dir_fd_, "a", a).probed_now);
+  EXPECT_EQ(observer_->counters().inode_marks, 1);
+  EXPECT_EQ(observer_->counters().mark_fallbacks, 0);
+  EXPECT_TRUE(observer_->Check(dir_fd_, "b", b).probed_now);  // over budget: the whole tmpfs
+  EXPECT_EQ(observer_->counters().inode_marks, 1);
+  EXPECT_EQ(observer_->counters().mark_fallbacks, 1);
+  EXPECT_EQ(reporter_.Count(kObserverMarkFallbacks), 1);
+  FileKey c = Make("c");
+  EXPECT_TRUE(observer_->Check(dir_fd_, "c", c).probed_now);
+  EXPECT_EQ(reporter_.Count(kObserverMarkFallbacks), 1) << "reported once per filesystem";
+  observer_->Drain();
+  // Use of every file is still seen: b (no inode mark) and a (its mark).
+  OpenClose("b");
+  OpenClose("a");
+  observer_->Drain();
+  Observer::Use ub = observer_->Check(dir_fd_, "b", b);
+  EXPECT_TRUE(ub.probed_now);
+  EXPECT_TRUE(ub.last_activity.has_value());
+  EXPECT_TRUE(observer_->Check(dir_fd_, "a", a).probed_now);
+  EXPECT_FALSE(observer_->Check(dir_fd_, "c", c).probed_now) << "c was not used";
+}
+
+TEST_F(ObserverMarksTest, UnlinkedMarkedFileFreesItsPages) {
+  StartObserver();
+  uint64_t empty = UsedBlocks();
+  FileKey key = Make("big", 32 << 20);
+  uint64_t full = UsedBlocks();
+  ASSERT_GT(full, empty + (16 << 20) / 4096) << "the 32 MiB were not allocated: the check below would prove nothing";
+  observer_->Check(dir_fd_, "big", key);
+  ASSERT_EQ(observer_->counters().inode_marks, 1);
+  // The mark is live (a positive control): a use is an event.
+  int64_t e0 = Events();
+  OpenClose("big");
+  ASSERT_GT(Events(), e0);
+  ASSERT_EQ(::unlinkat(dir_fd_, "big", 0), 0);
+  EXPECT_LT(UsedBlocks(), empty + (1 << 20) / 4096) << "the inode mark kept the unlinked file's pages";
+
+  // Unlinked while held: freed at the holder's last close.
+  FileKey held_key = Make("held", 32 << 20);
+  observer_->Check(dir_fd_, "held", held_key);
+  std::string path = dir_ + "/held";
+  pid_t holder = Spawn([&] {
+    if (::open(path.c_str(), O_RDONLY) < 0) ::_exit(1);
+  });
+  ASSERT_EQ(::unlinkat(dir_fd_, "held", 0), 0);
+  EXPECT_GT(UsedBlocks(), empty + (16 << 20) / 4096) << "held: its pages stay";
+  Kill(holder);
+  EXPECT_LT(UsedBlocks(), empty + (1 << 20) / 4096) << "the inode mark kept the pages after the last close";
+}
+
+TEST_F(ObserverMarksTest, HeldFileNamesItsCreatorWithoutAWalk) {
+  StartObserver();
+  observer_->Drain();
+  std::string path = dir_ + "/created";
+  pid_t creator = Spawn([&] {
+    if (::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600) < 0) ::_exit(1);
+  });
+  observer_->Drain();  // the FAN_CREATE names the creator
+  Observer::Use u = observer_->Check(dir_fd_, "created", Key("created"));
+  EXPECT_TRUE(u.held);
+  EXPECT_EQ(u.pids, std::vector<pid_t>{creator});
+  EXPECT_EQ(observer_->counters().holder_walks, 0);
+}
+
+TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk) {
+  StartObserver();
+  FileKey key = Make("shared");
+  observer_->Drain();
+  std::string path = dir_ + "/shared";
+  pid_t reader = Spawn([&] {
+    if (::open(path.c_str(), O_RDONLY) < 0) ::_exit(1);
+  });
+  Observer::Use u = observer_->Check(dir_fd_, "shared", key);
+  EXPECT_TRUE(u.held);
+  EXPECT_EQ(u.pids, std::vector<pid_t>{reader});
+  EXPECT_EQ(observer_->counters().holder_walks, 1);
+  // Its close is an event now (the mark was placed by that probe).
+  Kill(reader);
+  observer_->Drain();
+  Observer::Use after = observer_->Check(dir_fd_, "shared", key);
+  EXPECT_TRUE(after.probed_now);
+  EXPECT_FALSE(after.held);
+}
+
+TEST_F(ObserverMarksTest, CloseAfterWritingAProbedFileChangesLayout) {
+  StartObserver();
+  FileKey key = Make("grows");
+  observer_->Check(dir_fd_, "grows", key);
+  observer_->Drain();
+  std::optional<uint64_t> l0 = observer_->Layout(dev_);
+  ASSERT_TRUE(l0.has_value());
+  OpenClose("grows", O_RDONLY);  // read-only use: no size change
+  observer_->Drain();
+  EXPECT_EQ(observer_->Layout(dev_), l0);
+  std::string path = dir_ + "/grows";
+  RunChild([&] {  // grown by ftruncate: no page allocated, statfs unchanged
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, 1 << 20) != 0) ::_exit(1);
+    ::close(fd);
+  });
+  observer_->Drain();
+  std::optional<uint64_t> l1 = observer_->Layout(dev_);
+  EXPECT_NE(l1, l0);
+  RunChild([&] {  // grown by write(2)
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "more", 4) != 4) ::_exit(1);
+    ::close(fd);
+  });
+  observer_->Drain();
+  EXPECT_NE(observer_->Layout(dev_), l1);
+}
+
+TEST_F(ObserverMarksTest, RemovalOfAProbedFileChangesLayoutHeldOrNot) {
+  // The filesystem mark does not carry removals (each would cost the
+  // remover an event); a listed file's unlink is its inode mark's FAN_ATTRIB.
+  StartObserver();
+  FileKey a = Make("a");
+  FileKey b = Make("b");
+  observer_->Check(dir_fd_, "a", a);
+  observer_->Check(dir_fd_, "b", b);
+  std::string path_b = dir_ + "/b";
+  pid_t holder = Spawn([&] {
+    if (::open(path_b.c_str(), O_RDONLY) < 0) ::_exit(1);
+  });
+  observer_->Drain();
+  std::optional<uint64_t> l0 = observer_->Layout(dev_);
+  RunChild([&] {
+    if (::unlinkat(dir_fd_, "a", 0) != 0) ::_exit(1);
+  });
+  observer_->Drain();
+  std::optional<uint64_t> l1 = observer_->Layout(dev_);
+  EXPECT_NE(l1, l0) << "the unlink of a probed, unheld file was not seen";
+  RunChild([&] {
+    if (::unlinkat(dir_fd_, "b", 0) != 0) ::_exit(1);
+  });
+  observer_->Drain();
+  EXPECT_NE(observer_->Layout(dev_), l1) << "the unlink of a probed file still held was not seen at once";
+  Kill(holder);
+}
+
+TEST_F(ObserverMarksTest, AProbeThatFindsTheNameGoneMakesTheListingStale) {
+  StartObserver();
+  FileKey key = Make("gone");
+  ASSERT_EQ(::unlinkat(dir_fd_, "gone", 0), 0);  // before any probe: no mark, no event
+  observer_->Drain();
+  std::optional<uint64_t> l0 = observer_->Layout(dev_);
+  Observer::Use u = observer_->Check(dir_fd_, "gone", key);
+  EXPECT_FALSE(u.held);
+  EXPECT_NE(observer_->Layout(dev_), l0);
+}
+
+TEST_F(ObserverMarksTest, ASwappedNameIsNeitherProbedNorMarked) {
+  // The probe marks the inode it opened, after checking it is the one the
+  // listing showed: a name swapped in between gets no mark.
+  StartObserver();
+  FileKey listed = Make("a");
+  ASSERT_EQ(::renameat(dir_fd_, "a", dir_fd_, "elsewhere"), 0);
+  FileKey swapped_in = Make("a");
+  ASSERT_NE(listed.ino, swapped_in.ino);
+  Observer::Use u = observer_->Check(dir_fd_, "a", listed);
+  EXPECT_TRUE(u.gone);
+  EXPECT_EQ(observer_->counters().inode_marks, 0);
+  int64_t e0 = Events();
+  OpenClose("a");  // the swapped-in inode: no mark, no event
+  EXPECT_EQ(Events(), e0);
+  EXPECT_TRUE(observer_->Check(dir_fd_, "a", swapped_in).probed_now);  // its own first probe marks it
+  EXPECT_EQ(observer_->counters().inode_marks, 1);
+  OpenClose("a");
+  EXPECT_GT(Events(), e0);
+}
+
+// The listing cache of the agent's light scans (node_scan.h) against a file
+// grown by write(2) between two light scans, without filesystem-wide close
+// events: the next light scan shows its new size. (The sizes a scan reports
+// are pages allocated, which statfs shows too; the close-after-write event
+// of the file's inode mark, the other signal, is checked alone by
+// CloseAfterWritingAProbedFileChangesLayout.)
+TEST_F(ObserverMarksTest, AFileGrownBetweenTwoLightScansShowsItsNewSize) {
+  Config config;
+  config.agent.event_socket = "";
+  config.agent.observe = true;
+  config.agent.scan_interval = std::chrono::milliseconds(200);
+  ScanOptions scan;
+  scan.runtime_roots = {};
+  scan.docker_socket = "";
+  scan.host_shm_dirs = {dir_};
+  Agent agent(config, scan);
+  Make("grows", 4096);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_STREQ(agent.observer_mode(), "fanotify");
+  auto bytes = [&]() -> int64_t {
+    for (const PodRecord& p : agent.Snapshot()->pods) {
+      for (const SegmentRecord& s : p.top_segments) {
+        if (s.path == dir_ + "/grows") return s.bytes;
+      }
+    }
+    return -1;
+  };
+  auto light_scans = [&](int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(agent.WaitForScan(agent.scans_completed(), std::chrono::seconds(10)));
+  };
+  light_scans(3);
+  ASSERT_EQ(bytes(), 4096);
+  ASSERT_GE(agent.observer_counters().inode_marks, 1) << "the file was probed (and marked) by a scan";
+  std::string path = dir_ + "/grows";
+  RunChild([&] {
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) ::_exit(1);
+    static char chunk[1 << 16];
+    for (int i = 0; i < 16; ++i) {
+      if (::write(fd, chunk, sizeof chunk) != static_cast<ssize_t>(sizeof chunk)) ::_exit(1);
+    }
+    ::close(fd);
+  });
+  light_scans(3);
+  EXPECT_EQ(bytes(), 4096 + (1 << 20)) << "a light scan reused the listing from before the growth";
+  agent.Stop();
+}
+
+}  // namespace
+}  // namespace shmkeeper
