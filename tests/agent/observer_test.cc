@@ -78,9 +78,11 @@ class ObserverMarksTest : public ::testing::Test {
     ::umount2(dir_.c_str(), MNT_DETACH);
   }
 
-  void StartObserver(std::optional<int64_t> max_marks = std::nullopt) {
+  void StartObserver(std::optional<int64_t> max_marks = std::nullopt,
+                     std::chrono::milliseconds holder_walk_every = std::chrono::seconds(10)) {
     ObserverOptions opts;
     opts.max_inode_marks = max_marks;
+    opts.holder_walk_every = holder_walk_every;
     observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, opts);
     Status s = observer_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -344,6 +346,51 @@ TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk
   Observer::Use after = observer_->Check(dir_fd_, "shared", key);
   EXPECT_TRUE(after.probed_now);
   EXPECT_FALSE(after.held);
+}
+
+// Files whose holders only a walk can name cost one walk per interval
+// together, not one each: the first is walked at once, the next two wait
+// (held, holders pending) and one walk names both.
+TEST_F(ObserverMarksTest, HolderWalksAreBatchedAtMostOnePerInterval) {
+  constexpr auto kEvery = std::chrono::milliseconds(300);
+  StartObserver(std::nullopt, kEvery);
+  std::vector<std::string> names = {"first", "second", "third"};
+  std::vector<FileKey> keys;
+  for (const std::string& n : names) keys.push_back(Make(n));
+  FileKey idle = Make("idle");
+  observer_->Drain();
+  std::vector<pid_t> readers;
+  for (const std::string& n : names) {
+    std::string path = dir_ + "/" + n;
+    readers.push_back(Spawn([path] {
+      if (::open(path.c_str(), O_RDONLY) < 0) ::_exit(1);
+    }));
+  }
+  auto start = std::chrono::steady_clock::now();
+  Observer::Use first = observer_->Check(dir_fd_, names[0], keys[0]);
+  EXPECT_EQ(first.pids, std::vector<pid_t>{readers[0]});
+  EXPECT_FALSE(first.holders_pending);
+  for (size_t i = 1; i < names.size(); ++i) {
+    Observer::Use u = observer_->Check(dir_fd_, names[i], keys[i]);
+    EXPECT_TRUE(u.held) << names[i];
+    if (std::chrono::steady_clock::now() - start >= kEvery) GTEST_SKIP() << "too slow to see the interval";
+    EXPECT_TRUE(u.holders_pending) << names[i];
+    EXPECT_TRUE(u.pids.empty()) << names[i];
+  }
+  EXPECT_EQ(observer_->counters().holder_walks, 1);
+  // Any Check once the interval has passed runs the one walk for both.
+  auto deadline = start + std::chrono::seconds(30);
+  while (observer_->counters().holder_walks < 2 && std::chrono::steady_clock::now() < deadline) {
+    (void)observer_->Check(dir_fd_, "idle", idle);
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(observer_->counters().holder_walks, 2);
+  for (size_t i = 1; i < names.size(); ++i) {
+    Observer::Use u = observer_->Check(dir_fd_, names[i], keys[i]);
+    EXPECT_EQ(u.pids, std::vector<pid_t>{readers[i]}) << names[i];
+    EXPECT_FALSE(u.holders_pending) << names[i];
+  }
+  EXPECT_EQ(observer_->counters().holder_walks, 2);
 }
 
 TEST_F(ObserverMarksTest, CloseAfterWritingAProbedFileChangesLayout) {

@@ -126,7 +126,8 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
        "instead.");
   o << "shmkeeper_observer_mark_fallbacks_total " << oc.mark_fallbacks << "\n";
   help("shmkeeper_observer_holder_walks_total", "counter",
-       "Walks of /proc for one file probed held whose holder no event and no recent creator named.");
+       "Walks of /proc for files probed held whose holder no event and no recent creator named (at most one per 10 s, "
+       "for all such files together).");
   o << "shmkeeper_observer_holder_walks_total " << oc.holder_walks << "\n";
   help("shmkeeper_observer_audit_disagreements_total", "counter",
        "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "

@@ -470,6 +470,8 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
       if (use && !walked_dev) held_files->observed_pids[f.key] = use->pids;
       if (walk_held) {
         h.hidden_reason.clear();
+      } else if (use && use->holders_pending) {
+        h.hidden_reason.clear();  // its holders await the observer's next walk
       } else if (use && use->probed_now) {
         // The kernel says held and no walk saw a process: is any process
         // seen using it a holder? If not, a reference /proc does not show

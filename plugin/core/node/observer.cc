@@ -142,6 +142,7 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
       return true;
     });
     counters_.inode_marks -= unmarked;
+    std::erase_if(pending_walk_, [&](const FileKey& k) { return !live.count(k); });
   }
   // The mark stays with its superblock until that goes (a pod's tmpfs goes
   // with the pod); its events are ignored meanwhile.
@@ -158,6 +159,7 @@ Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
   Use u;
   u.held = in.held;
   u.pids = in.pids;
+  u.holders_pending = in.holders_pending && in.held;
   if (in.active) u.last_activity = in.last_activity;
   std::optional<Clock::time_point> floor = FloorLocked(dev);
   if (floor && (!u.last_activity || *floor > *u.last_activity)) u.last_activity = floor;
@@ -226,21 +228,63 @@ std::vector<pid_t> Observer::Holders(const FileKey& key) {
   return {};
 }
 
-std::vector<pid_t> Observer::WalkHolders(const FileKey& key) {
+std::optional<std::vector<pid_t>> Observer::WalkHolders(const FileKey& key) {
   {
     MutexLock l(&mu_);
+    pending_walk_.insert(key);
+    if (last_walk_ && Clock::now() - *last_walk_ < opts_.holder_walk_every) return std::nullopt;
+  }
+  std::map<FileKey, std::vector<pid_t>> found = RunWalk();
+  auto it = found.find(key);
+  return it == found.end() ? std::vector<pid_t>{} : it->second;
+}
+
+void Observer::WalkIfDue() {
+  {
+    MutexLock l(&mu_);
+    if (pending_walk_.empty() || (last_walk_ && Clock::now() - *last_walk_ < opts_.holder_walk_every)) return;
+  }
+  RunWalk();
+}
+
+std::map<FileKey, std::vector<pid_t>> Observer::RunWalk() {
+  std::set<FileKey> keys;
+  {
+    MutexLock l(&mu_);
+    keys.swap(pending_walk_);
+    last_walk_ = Clock::now();
     counters_.holder_walks++;
   }
-  std::vector<pid_t> pids;
-  for (const auto& [_, refs] : ScanHolders({key}, opts_.proc)) {
+  std::map<FileKey, std::vector<pid_t>> found;
+  if (keys.empty()) return found;
+  for (const auto& [key, refs] : ScanHolders(keys, opts_.proc)) {
+    std::vector<pid_t>& pids = found[key];
     for (const HolderRef& r : refs) {
       if (std::find(pids.begin(), pids.end(), r.pid) == pids.end()) pids.push_back(r.pid);
     }
   }
-  return pids;
+  MutexLock l(&mu_);
+  for (const FileKey& key : keys) {
+    auto it = inodes_.find(key);
+    if (it == inodes_.end()) continue;
+    Inode& in = it->second;
+    auto f = found.find(key);
+    if (f == found.end() || f->second.empty()) {
+      // Held by no process /proc shows (a mount, a loop device, an O_PATH
+      // or a lease's holder): probe it again, without a walk, so the scan
+      // judges what holds it.
+      if (in.holders_pending) in.dirty = true;
+      in.walked_empty = true;
+    } else {
+      for (pid_t pid : f->second) Remember(&in.pids, pid, kMaxPids);
+    }
+    in.holders_pending = false;
+  }
+  return found;
 }
 
 Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const FileKey& key, bool walk) {
+  bool walked_empty = false;
   {
     MutexLock l(&mu_);
     Inode& in = inodes_[key];
@@ -251,6 +295,7 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
     in.probed_at = Clock::now();
     in.probing++;
     in.prober_closed = false;
+    walked_empty = in.walked_empty;
   }
   Result<ProbeVerdict> v = Probe(dir_fd, name, key);
   if (!v.ok() && reporter_) {
@@ -260,7 +305,8 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
   // Held: by whom (a holder from before the inode's mark has no event).
   std::vector<pid_t> holders;
   if (v.ok() && *v == ProbeVerdict::kHeld) holders = Holders(key);
-  if (walk && v.ok() && *v == ProbeVerdict::kHeld && holders.empty()) {
+  bool pending = false;
+  if (walk && !walked_empty && v.ok() && *v == ProbeVerdict::kHeld && holders.empty()) {
     // No process it knows of holds it: walk /proc for it, unless it has let
     // go meanwhile (a file created, used and removed at once, found by a
     // listing in passing: its creator closed and removed it before
@@ -268,14 +314,17 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
     Result<ProbeVerdict> again = Probe(dir_fd, name, key);
     if (again.ok() && *again != ProbeVerdict::kHeld) {
       v = again;
+    } else if (std::optional<std::vector<pid_t>> walked = WalkHolders(key)) {
+      holders = std::move(*walked);
     } else {
-      holders = WalkHolders(key);
+      pending = true;  // the next walk names them (holder_walk_every)
     }
   }
   MutexLock l(&mu_);
   Inode& in = inodes_[key];
   if (in.probing > 0) in.probing--;
   for (pid_t pid : holders) Remember(&in.pids, pid, kMaxPids);
+  in.holders_pending = pending;
   in.probed = true;
   // kGone: the name is gone since the directory was read (nobody holds this
   // name); the listing that showed it is stale, and this inode, unmarked,
@@ -365,6 +414,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   in.active = true;
   in.last_activity = now;
   in.rechecked = false;
+  in.walked_empty = false;
   if (e.pid > 0) Remember(&in.pids, e.pid, kMaxPids);
 }
 

@@ -47,8 +47,11 @@
 // Holders' pids: a probe that finds a file held names the processes it can
 // confirm holding it (ProcessHolds): the pids its events named, else the
 // recent creators of files on that tmpfs (a FAN_CREATE names its process),
-// else, when a second probe still says held, one walk of /proc for that file
-// (a holder that opened it before its mark and created nothing there).
+// else, when a second probe still says held, a walk of /proc (a holder that
+// opened it before its mark and created nothing there). Such walks are
+// batched: at most one per holder_walk_every, for every file waiting for one
+// (Use::holders_pending meanwhile: held, holders not yet named), so a
+// workload that keeps making them costs one walk per interval, not per file.
 //
 // The probe's blind spot is an O_PATH-only holder: it can neither read nor
 // map the file, and the walks that remain (reclaim's final check, the slow
@@ -97,7 +100,7 @@ struct ObserverCounters {
   int64_t prober_events = 0;   // their opens and closes, not taken for use
   int64_t inode_marks = 0;     // inode marks placed on files the observer still tracks
   int64_t mark_fallbacks = 0;  // filesystems watched for every open and close (an inode mark failed)
-  int64_t holder_walks = 0;    // walks of /proc for one held file no event or creator named
+  int64_t holder_walks = 0;    // walks of /proc for held files no event or creator named (batched)
 };
 
 struct ObserverOptions {
@@ -109,6 +112,12 @@ struct ObserverOptions {
   // users on the node share; unlimited when unreadable). Past it, a
   // filesystem falls back to its filesystem-wide use mask. Tests lower it.
   std::optional<int64_t> max_inode_marks;
+  // At most one walk of /proc this often for files probed held whose holder
+  // no event and no recent creator names (opened before the inode's mark by
+  // a process that did not create it): the files met in between wait for
+  // the next walk together (Use::holders_pending), so such files cost one
+  // walk per interval, not one per file. Their verdict (held) never waits.
+  std::chrono::milliseconds holder_walk_every{10000};
 };
 
 class Observer {
@@ -168,12 +177,19 @@ class Observer {
     std::vector<pid_t> pids;  // processes seen opening or closing it (at most 8, newest last)
     bool probed_now = false;  // this answer is a fresh probe (else the cached verdict)
     bool gone = false;        // the fresh probe found the name gone (or another inode): not a file any more
+    // Held, and who holds it awaits the next holder walk (holder_walk_every):
+    // no pid yet, which says nothing of a hidden reference.
+    bool holders_pending = false;
   };
   // The file's use now: the last probe's verdict when no event touched it
   // since, else a fresh probe of `name` below `dir_fd`, which marks the
   // inode for its opens and closes first (see the model). A probe that fails
   // is taken as held (reported).
-  Use Check(int dir_fd, const std::string& name, const FileKey& key) { return CheckOne(dir_fd, name, key, true); }
+  // Runs the holder walk first when one is due (ObserverOptions).
+  Use Check(int dir_fd, const std::string& name, const FileKey& key) {
+    WalkIfDue();
+    return CheckOne(dir_fd, name, key, true);
+  }
   // The slow audit of one file: its settled (event-derived) verdict against
   // a fresh probe, and the fresh probe against the /proc walk's `walk_held`.
   // Disagreements are counted (kAuditMissedEvent: the cached verdict was
@@ -199,9 +215,11 @@ class Observer {
     bool marked = false;  // an inode mark was placed (counted in inode_marks)
     Clock::time_point probed_at{};
     std::vector<pid_t> pids;
-    int probing = 0;             // probes of it running now
-    bool prober_closed = false;  // a registered prober closed it since our last probe began
-    bool rechecked = false;      // re-probed for a prober's close since the last real event
+    int probing = 0;               // probes of it running now
+    bool prober_closed = false;    // a registered prober closed it since our last probe began
+    bool rechecked = false;        // re-probed for a prober's close since the last real event
+    bool holders_pending = false;  // waiting for the holder walk
+    bool walked_empty = false;     // the holder walk found no process since its last event
   };
   void Run();
   void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) SHMK_REQUIRES(mu_);
@@ -223,8 +241,16 @@ class Observer {
   // The pid holding `key` now, among those its events named and the recent
   // creators on its tmpfs (none when none does).
   std::vector<pid_t> Holders(const FileKey& key);
-  // The pids holding `key`, from a walk of /proc (counted).
-  std::vector<pid_t> WalkHolders(const FileKey& key);
+  // Queues `key` for the holder walk and runs it now when none ran for
+  // holder_walk_every: the pids holding `key` (maybe none), or nullopt while
+  // it waits.
+  std::optional<std::vector<pid_t>> WalkHolders(const FileKey& key) SHMK_EXCLUDES(mu_);
+  // The holder walk when files wait for it and it is due.
+  void WalkIfDue() SHMK_EXCLUDES(mu_);
+  // One walk of /proc (counted) for every queued file: their holders are
+  // remembered; a file no process holds is probed again at its next Check
+  // and walked for no more until an event names it. Returns what it found.
+  std::map<FileKey, std::vector<pid_t>> RunWalk() SHMK_EXCLUDES(mu_);
 
   std::function<void()> on_change_, on_overflow_;
   Reporter* reporter_;
@@ -240,6 +266,8 @@ class Observer {
   std::set<dev_t> watched_ SHMK_GUARDED_BY(mu_), failed_ SHMK_GUARDED_BY(mu_);
   std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                      // watched for every open and close
   std::map<dev_t, std::vector<pid_t>> creators_ SHMK_GUARDED_BY(mu_);  // recent FAN_CREATE/MOVED_TO pids
+  std::set<FileKey> pending_walk_ SHMK_GUARDED_BY(mu_);                // files waiting for the holder walk
+  std::optional<Clock::time_point> last_walk_ SHMK_GUARDED_BY(mu_);    // the last holder walk
   std::map<dev_t, Clock::time_point> dev_floor_ SHMK_GUARDED_BY(mu_);  // undecodable events per device
   std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
   std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow
