@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <deque>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -242,6 +243,7 @@ std::shared_ptr<HttpGuard::Slot> HttpGuard::Admit() {
   ++per_client_[slot->client];
   ++counts_.accepted;
   slots_.insert(slot);
+  wake_.notify_all();  // a new deadline for the watchdog
   return slot;
 }
 
@@ -258,7 +260,8 @@ void HttpGuard::MarkHeadComplete() {
   if (!slot) return;
   std::lock_guard<std::mutex> l(mu_);
   slot->phase = kResponse;
-  slot->deadline = Clock::now() + limits_.write_timeout;
+  slot->deadline = Clock::now() + limits_.write_timeout;  // may be earlier than the head's
+  wake_.notify_all();
 }
 
 void HttpGuard::MarkResponseWritten() {
@@ -272,7 +275,18 @@ void HttpGuard::MarkResponseWritten() {
 void HttpGuard::Watchdog() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stopping_) {
-    wake_.wait_for(l, std::chrono::milliseconds(200));
+    // Asleep until the earliest deadline of a connection served now; with
+    // none, until one is admitted: an idle agent has no timer here. A
+    // deadline set or moved wakes it (Admit, MarkHeadComplete, ...).
+    std::optional<Clock::time_point> next;
+    for (const auto& s : slots_) {
+      if (!s->killed && (!next || s->deadline < *next)) next = s->deadline;
+    }
+    if (next) {
+      wake_.wait_until(l, *next);
+    } else {
+      wake_.wait(l);
+    }
     Clock::time_point now = Clock::now();
     for (const auto& s : slots_) {
       if (s->killed || now < s->deadline) continue;
