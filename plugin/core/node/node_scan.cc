@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 
@@ -16,7 +17,6 @@
 #include "node/quarantine.h"
 #include "scan/memcg.h"
 #include "scan/shm_dir.h"
-#include "scan/sysv.h"
 
 namespace shmkeeper {
 namespace {
@@ -544,15 +544,13 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
   }
 }
 
-void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock,
+void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock,
                         std::set<ino_t>* ipc_seen, NodeSnapshot* snap) {
   const ProcTable& table = view->table;
-  ino_t ipc_ns = table.IpcNs(access.pid);
-  if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) return;  // the host's IPC namespace is not the pod's
-  Result<std::vector<SysvSegment>> sysv = ListSysvShm(p->access_pid, opts_.proc);
-  if (!sysv.ok()) return;
+  ino_t ipc_ns = sysv.ipc_ns;
+  if (ipc_ns == 0 || sysv.host || !sysv.status.ok()) return;  // the host's IPC namespace is not the pod's
   bool first = ipc_seen->insert(ipc_ns).second;  // pods sharing a namespace report its leaks once
-  for (const SysvSegment& s : *sysv) {
+  for (const SysvSegment& s : sysv.segments) {
     p->sysv_bytes += s.bytes;
     p->sysv_segments++;
     if (!first || s.nattch != 0) continue;
@@ -636,6 +634,21 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   std::set<dev_t> counted, judged;
   std::set<ino_t> ipc_seen;
   HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
+  // Each pod's access process (a watched host directory lives in the agent's
+  // own namespaces), and the SysV segments of the pods' IPC namespaces, all
+  // listed by one thread.
+  std::vector<std::optional<ProcInfo>> access_infos(snap.pods.size());
+  std::vector<pid_t> sysv_pids;
+  std::vector<size_t> sysv_of(snap.pods.size(), SIZE_MAX);
+  for (size_t i = 0; i < snap.pods.size(); ++i) {
+    const PodRecord& p = snap.pods[i];
+    pid_t access_pid = p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid());
+    if (access_pid > 0) access_infos[i] = ReadProcInfo(access_pid, opts_.proc);
+    if (!access_infos[i] || !p.host_dir.empty()) continue;
+    sysv_of[i] = sysv_pids.size();
+    sysv_pids.push_back(p.access_pid);
+  }
+  std::vector<SysvListing> sysv = ListSysvShmEach(sysv_pids, opts_.proc);
   for (size_t i : OwnersFirst(snap.pods)) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
@@ -644,10 +657,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     p.files = static_cast<int32_t>(d.files.size());
     p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
     if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
-    // A watched host directory lives in the agent's own namespaces.
-    pid_t access_pid = p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid());
-    std::optional<ProcInfo> access_info = access_pid > 0 ? ReadProcInfo(access_pid, opts_.proc) : std::nullopt;
-    const ProcInfo* access = access_info ? &*access_info : nullptr;
+    const ProcInfo* access = access_infos[i] ? &*access_infos[i] : nullptr;
     size_t first_leak = snap.leaks.size();
     p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
     if (!p.shm_counted_elsewhere) {
@@ -659,7 +669,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
                                  held.observed_pids, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
-    SysvLeaks(&p, &view, *access, clock, &ipc_seen, &snap);
+    SysvLeaks(&p, &view, sysv[sysv_of[i]], clock, &ipc_seen, &snap);
   }
   mem_.End();
   if (opts_.creators) opts_.creators->Retain(mem_.seen_files);

@@ -24,6 +24,7 @@
 #include "scan/node_refs.h"
 #include "scan/proc_table.h"
 #include "scan/shm_dir.h"
+#include "scan/sysv.h"
 
 namespace shmkeeper {
 
@@ -263,7 +264,8 @@ class Scanner {
   void SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bool walked);
   void FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                  const Clock& clock, HeldFiles* held, NodeSnapshot* snap);
-  void SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock, std::set<ino_t>* ipc_seen,
+  // `sysv`: the pod's IPC namespace as ListSysvShmEach listed it.
+  void SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock, std::set<ino_t>* ipc_seen,
                  NodeSnapshot* snap);
 
   ScanOptions opts_;
