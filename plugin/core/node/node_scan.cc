@@ -66,6 +66,7 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
     if (!c.pod_name.empty()) p.key.name = c.pod_name;
     if (inserted || sandbox) {
       p.access_pid = c.pid;
+      p.access_start_ticks = c.start_ticks;
       p.annotations = c.annotations;
       p.requested_bytes = c.requested_bytes;
       p.requested_source = c.requested_source;
@@ -584,6 +585,17 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, c
   }
 }
 
+std::optional<ProcInfo> Scanner::AccessInfo(pid_t pid, uint64_t start_ticks, std::map<pid_t, AccessEntry>* next) {
+  if (start_ticks == 0) return ReadProcInfo(pid, opts_.proc);  // no start time to know the process by
+  if (auto it = access_.find(pid); it != access_.end() && it->second.start_ticks == start_ticks) {
+    next->insert(*it);
+    return it->second.info;
+  }
+  std::optional<ProcInfo> info = ReadProcInfo(pid, opts_.proc);
+  if (info) next->insert_or_assign(pid, AccessEntry{start_ticks, *info});
+  return info;
+}
+
 void Scanner::Memory::Begin() {
   seen_files.clear();
   seen_sysv.clear();
@@ -640,14 +652,19 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   std::vector<std::optional<ProcInfo>> access_infos(snap.pods.size());
   std::vector<pid_t> sysv_pids;
   std::vector<size_t> sysv_of(snap.pods.size(), SIZE_MAX);
+  std::map<pid_t, AccessEntry> access_next;
   for (size_t i = 0; i < snap.pods.size(); ++i) {
     const PodRecord& p = snap.pods[i];
-    pid_t access_pid = p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid());
-    if (access_pid > 0) access_infos[i] = ReadProcInfo(access_pid, opts_.proc);
+    if (p.access_pid > 0) {
+      access_infos[i] = AccessInfo(p.access_pid, p.access_start_ticks, &access_next);
+    } else if (!p.host_dir.empty()) {
+      access_infos[i] = ReadProcInfo(::getpid(), opts_.proc);
+    }
     if (!access_infos[i] || !p.host_dir.empty()) continue;
     sysv_of[i] = sysv_pids.size();
     sysv_pids.push_back(p.access_pid);
   }
+  access_ = std::move(access_next);
   std::vector<SysvListing> sysv = ListSysvShmEach(sysv_pids, opts_.proc);
   for (size_t i : OwnersFirst(snap.pods)) {
     PodRecord& p = snap.pods[i];

@@ -91,6 +91,7 @@ struct PodRecord {
   bool shm_counted_elsewhere = false;
   // how to reach it
   pid_t access_pid = 0;         // a live process of the pod (0 for host directories)
+  uint64_t access_start_ticks = 0;  // its start time as discovery checked it this scan (0 = unknown)
   std::string host_dir;         // kHost: the watched directory
   std::string shm_host_source;  // the host tmpfs bound at the pod's /dev/shm, when the spec says so
   dev_t shm_dev = 0;
@@ -324,6 +325,17 @@ class Scanner {
     void End();
   };
   Memory mem_;
+  // The namespaces of each pod's access process (its container's init), by
+  // host pid with the start time discovery verified at this scan: a
+  // process's pid namespace and its pid there never change, so they are read
+  // (/proc/<pid>/status) once per process, not once per scan. Entries of
+  // pids no pod uses any more are dropped at each scan.
+  struct AccessEntry {
+    uint64_t start_ticks = 0;
+    ProcInfo info;
+  };
+  std::map<pid_t, AccessEntry> access_;
+  std::optional<ProcInfo> AccessInfo(pid_t pid, uint64_t start_ticks, std::map<pid_t, AccessEntry>* next);
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).
