@@ -596,6 +596,23 @@ std::optional<ProcInfo> Scanner::AccessInfo(pid_t pid, uint64_t start_ticks, std
   return info;
 }
 
+int64_t Scanner::PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next) {
+  MemcgEntry now{p.access_start_ticks, p.used_bytes, p.sysv_bytes, p.files, p.sysv_segments, scans_, 0};
+  auto it = memcg_.find(p.access_pid);
+  if (!walk && p.access_start_ticks != 0 && it != memcg_.end()) {
+    const MemcgEntry& last = it->second;
+    if (last.start_ticks == now.start_ticks && last.used_bytes == now.used_bytes && last.files == now.files &&
+        last.sysv_bytes == now.sysv_bytes && last.sysv_segments == now.sysv_segments &&
+        scans_ - last.read_at_scan < kMemcgEvery) {
+      next->insert(*it);
+      return last.shmem_bytes;
+    }
+  }
+  now.shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
+  next->insert_or_assign(p.access_pid, now);
+  return now.shmem_bytes;
+}
+
 void Scanner::Memory::Begin() {
   seen_files.clear();
   seen_sysv.clear();
@@ -666,6 +683,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   }
   access_ = std::move(access_next);
   std::vector<SysvListing> sysv = ListSysvShmEach(sysv_pids, opts_.proc);
+  std::map<pid_t, MemcgEntry> memcg_next;
   for (size_t i : OwnersFirst(snap.pods)) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
@@ -685,9 +703,10 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
                                  held.observed_pids, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
-    p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
     SysvLeaks(&p, &view, sysv[sysv_of[i]], clock, &ipc_seen, &snap);
+    p.memcg_shmem_bytes = PodMemcgShmem(p, walk, &memcg_next);
   }
+  memcg_ = std::move(memcg_next);
   mem_.End();
   if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
   if (opts_.observer) {

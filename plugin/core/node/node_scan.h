@@ -336,6 +336,23 @@ class Scanner {
   };
   std::map<pid_t, AccessEntry> access_;
   std::optional<ProcInfo> AccessInfo(pid_t pid, uint64_t start_ticks, std::map<pid_t, AccessEntry>* next);
+  // The shmem charged to each pod's memory cgroup (memory.stat: the kernel
+  // formats every counter of the cgroup, and /proc/<pid>/cgroup, for each
+  // pod) is read again only when something the scan sees moved: the pod's
+  // /dev/shm usage or file count (statfs, the listing), its SysV segments or
+  // bytes, its access process, or a walk; and at least every kMemcgEvery
+  // scans (shmem the scan cannot see: memfd, shared anonymous mappings, SysV
+  // pages touched later). Between reads the last value is reported.
+  static constexpr int64_t kMemcgEvery = 6;
+  struct MemcgEntry {
+    uint64_t start_ticks = 0;
+    int64_t used_bytes = 0, sysv_bytes = 0;
+    int32_t files = 0, sysv_segments = 0;
+    int64_t read_at_scan = 0;
+    int64_t shmem_bytes = 0;
+  };
+  std::map<pid_t, MemcgEntry> memcg_;
+  int64_t PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next);
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).
