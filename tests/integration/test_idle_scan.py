@@ -15,7 +15,12 @@ own IPC namespace and /dev/shm tmpfs, a private agent at scanInterval 1s
   memory-cgroup cadence (6 scans);
 - the container restarted with a new init under the same id: its new pid,
   IPC namespace and tmpfs are reported (the cached init facts are keyed by
-  pid and start time), the old namespace's segment is gone.
+  pid and start time), the old namespace's segment is gone;
+- a bind mount made, while the agent is idle, of a closed scratch file (no
+  creator evidence: never reclaimable, its mount references are reused for
+  up to 6 scans) shows as held by that mount within 6 scans; a bind mount of
+  a file with evidence (torch_<dead pid>_…, leaked before the mount) is held
+  at the next scan and never reclaimed (references read afresh for it).
 Tests wait on the agent's scan counter, not on fixed sleeps.
 """
 import json
@@ -24,10 +29,11 @@ import shutil
 import subprocess
 
 from harness import SHMTOOL, oci_bundle, require, run, wait_for
-from reclaim_attack import agent_config, metric_values, scrape, start_agent
+from reclaim_attack import HOLDERS, Tmpfs, agent_config, make_leaks, metric_values, scrape, start_agent
 
 MiB = 1 << 20
 MEMCG_EVERY = 6  # Scanner::kMemcgEvery
+REFS_EVERY = 6  # Scanner::kRefsEvery
 
 
 def scans(agent):
@@ -64,11 +70,14 @@ def test_idle_container_changes_are_reported(tmp_path, rootfs, root_and_runc):
         assert p.stdout.readline().startswith("ready"), f"{args} did not start"
         return p
 
-    def pod():
-        pods = [p for p in agent.json("pods").get("pods", [])
+    def pods():
+        return [p for p in agent.json("pods").get("pods", [])
                 if any(c.get("id") == cid for c in p.get("containers", []))]
-        assert len(pods) == 1, pods
-        return pods[0]
+
+    def pod():
+        found = pods()
+        assert len(found) == 1, found
+        return found[0]
 
     def shm(key):
         return int(pod()["shm"].get(key, 0))
@@ -118,7 +127,8 @@ def test_idle_container_changes_are_reported(tmp_path, rootfs, root_and_runc):
         run(["runc", "--root", state, "delete", "-f", cid])
         new_init = start_container()
         assert new_init != init
-        wait_for(lambda: [c.get("pid") for c in pod()["containers"]] == [new_init], timeout=20,
+        # (between the delete and the run a scan may find no container: no pod)
+        wait_for(lambda: [c.get("pid") for p in pods() for c in p["containers"]] == [new_init], timeout=20,
                  what="the new init discovered")
         wait_scans(agent, 2)
         assert shm("sysvSegments") == 0 and shm("usedBytes") < MiB, pod()["shm"]
@@ -134,3 +144,61 @@ def test_idle_container_changes_are_reported(tmp_path, rootfs, root_and_runc):
         run(["runc", "--root", state, "delete", "-f", cid], check=False)
         if agent:
             agent.stop()
+
+
+def test_bind_mount_of_an_idle_file_is_seen(tmp_path, root_and_runc):
+    require(HOLDERS.exists(), f"holders not built at {HOLDERS}")
+    fs = Tmpfs(tmp_path / "shm")
+    shm = fs.path
+    base = tmp_path / "agent"
+    agent = None
+    mounts = []
+
+    def state_of(path):
+        for p in agent.json("pods").get("pods", []):
+            for seg in p.get("topSegments", []):
+                if seg["path"] == str(path):
+                    return seg.get("state"), [h.get("reference", "") for h in seg.get("holders", [])]
+        return None, []
+
+    def bind(src, name):
+        target = tmp_path / name
+        target.write_bytes(b"")
+        m = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                              f'mount --bind "{src}" "{target}" && echo ready && exec sleep 120'],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+        mounts.append(m)
+        assert m.stdout.readline().strip() == "ready"
+        assert str(target) in open(f"/proc/{m.pid}/mountinfo").read()  # positive control: the mount exists
+        return target
+
+    try:
+        scratch = shm / "scratch"
+        scratch.write_bytes(b"x" * 4096)
+        _, (seg,) = make_leaks(shm, 1, "bind")
+        agent = start_agent(base, agent_config(base, [shm], grace="1s"))
+        wait_for(lambda: state_of(seg)[0] == "LEAK_STATE_LEAKED", timeout=20, what="the dead creator's file leaked")
+        wait_scans(agent, 3)  # idle
+        assert state_of(scratch)[0] == "LEAK_STATE_UNHELD"
+
+        # Evidence: references read afresh, held at the next scan, never reclaimed.
+        target = bind(seg, "consumer-data")
+        wait_scans(agent, 2)
+        state, refs = state_of(seg)
+        assert state == "LEAK_STATE_HELD" and any(str(target) in r for r in refs), (state, refs)
+        agent.cli("reclaim", "--yes", check=False)
+        assert seg.exists()
+
+        # No evidence: recent references, the mount shows within REFS_EVERY scans.
+        start = scans(agent)
+        target = bind(scratch, "scratch-data")
+        wait_for(lambda: state_of(scratch)[0] == "LEAK_STATE_HELD", timeout=30, what="the scratch file's mount")
+        assert scans(agent) - start <= REFS_EVERY + 2, "the mount references were read later than their bound"
+        assert any(str(target) in r for r in state_of(scratch)[1])
+    finally:
+        for m in mounts:
+            m.kill()
+            m.wait()
+        if agent:
+            agent.stop()
+        fs.stop()

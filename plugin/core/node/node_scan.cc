@@ -484,8 +484,12 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
       continue;
     }
     // Unheld by every process: the references /proc does not show (read
-    // once per scan, on the first such file).
-    if (std::vector<FileRef> kernel = view->Refs().Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
+    // once per scan, on the first such file that creator evidence could
+    // make leaked; recent ones for a file that can only be unheld).
+    NameHint hint = CreatorHintFromName(f.path);
+    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
+    const NodeRefs& refs = rec || hint.pid ? view->Refs() : RecentRefs(view);
+    if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
       snap->kept_by_reason[kernel.front().kind == FileRef::kMount ? "mount" : "loop_device"]++;
       h.unheld = false;
       held_files->held.insert(f.key);
@@ -513,10 +517,8 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
     l.rel = f.path;
     l.bytes = f.bytes;
     l.age_sec = std::max<int64_t>(0, clock.now_sec - f.mtime_sec);
-    NameHint hint = CreatorHintFromName(f.path);
     l.name_pattern = hint.pattern;
     l.creator_pid = hint.pid;
-    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
     if (rec) {  // exact: the kernel named the creator when it made the file
       l.creator_pid = rec->ns_pid;
       l.creator_source = "record";
@@ -594,6 +596,15 @@ std::optional<ProcInfo> Scanner::AccessInfo(pid_t pid, uint64_t start_ticks, std
   std::optional<ProcInfo> info = ReadProcInfo(pid, opts_.proc);
   if (info) next->insert_or_assign(pid, AccessEntry{start_ticks, *info});
   return info;
+}
+
+const NodeRefs& Scanner::RecentRefs(ProcView* view) {
+  if (view->refs) return *view->refs;  // read by this scan already
+  if (recent_refs_ && recent_refs_devices_ == view->devices && scans_ - recent_refs_scan_ < kRefsEvery) {
+    view->recent = &*recent_refs_;
+    return *recent_refs_;
+  }
+  return view->Refs();  // kept as the recent ones at the end of the scan
 }
 
 int64_t Scanner::PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next) {
@@ -707,6 +718,13 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     p.memcg_shmem_bytes = PodMemcgShmem(p, walk, &memcg_next);
   }
   memcg_ = std::move(memcg_next);
+  if (view.refs) {  // read afresh by this scan: the recent ones from now on
+    recent_refs_ = std::move(view.refs);
+    recent_refs_devices_ = view.devices;
+    recent_refs_scan_ = scans_;
+  } else if (!view.recent) {  // none needed: forget them (the next need reads afresh)
+    recent_refs_.reset();
+  }
   mem_.End();
   if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
   if (opts_.observer) {

@@ -236,10 +236,25 @@ class Scanner {
     std::set<dev_t> devices;
     std::string proc, sys, dev;
     std::optional<NodeRefs> refs;
+    const NodeRefs* recent = nullptr;  // the Scanner's recent_refs_, when this scan used them
     const ProcTable& Procs();
     const NodeRefs& Refs();
-    const NodeRefs* RefsIfRead() const { return refs ? &*refs : nullptr; }
+    const NodeRefs* RefsIfRead() const { return refs ? &*refs : recent; }
   };
+  // The references of a file nobody holds and that no evidence could ever
+  // make leaked (no creator record, no pid in its name): such a file is
+  // never reclaimed, so whether a mount or a loop device holds it changes
+  // only how it is reported (held with that reference, or unheld). For it a
+  // scan that does not walk reuses the references read at most kRefsEvery
+  // scans ago (reading them means a pass over every process's namespaces and
+  // every mount namespace's mountinfo: on an idle node, one closed scratch
+  // file made every scan cost 4x); a file with creator evidence, a walk, and
+  // a changed set of watched tmpfs read them afresh, as before.
+  static constexpr int64_t kRefsEvery = 6;
+  std::optional<NodeRefs> recent_refs_;
+  std::set<dev_t> recent_refs_devices_;
+  int64_t recent_refs_scan_ = 0;
+  const NodeRefs& RecentRefs(ProcView* view);
   // What FileLeaks learnt of held files, for the pod's top segments.
   struct HeldFiles {
     std::set<FileKey> held;
