@@ -175,19 +175,9 @@ def test_bind_mount_of_an_idle_file_is_seen(tmp_path, root_and_runc):
     try:
         scratch = shm / "scratch"
         scratch.write_bytes(b"x" * 4096)
-        _, (seg,) = make_leaks(shm, 1, "bind")
         agent = start_agent(base, agent_config(base, [shm], grace="1s"))
-        wait_for(lambda: state_of(seg)[0] == "LEAK_STATE_LEAKED", timeout=20, what="the dead creator's file leaked")
+        wait_for(lambda: state_of(scratch)[0] == "LEAK_STATE_UNHELD", timeout=20, what="the scratch file unheld")
         wait_scans(agent, 3)  # idle
-        assert state_of(scratch)[0] == "LEAK_STATE_UNHELD"
-
-        # Evidence: references read afresh, held at the next scan, never reclaimed.
-        target = bind(seg, "consumer-data")
-        wait_scans(agent, 2)
-        state, refs = state_of(seg)
-        assert state == "LEAK_STATE_HELD" and any(str(target) in r for r in refs), (state, refs)
-        agent.cli("reclaim", "--yes", check=False)
-        assert seg.exists()
 
         # No evidence: recent references, the mount shows within REFS_EVERY scans.
         start = scans(agent)
@@ -195,6 +185,16 @@ def test_bind_mount_of_an_idle_file_is_seen(tmp_path, root_and_runc):
         wait_for(lambda: state_of(scratch)[0] == "LEAK_STATE_HELD", timeout=30, what="the scratch file's mount")
         assert scans(agent) - start <= REFS_EVERY + 2, "the mount references were read later than their bound"
         assert any(str(target) in r for r in state_of(scratch)[1])
+
+        # Evidence: references read afresh, held at the next scan, never reclaimed.
+        _, (seg,) = make_leaks(shm, 1, "bind")
+        wait_for(lambda: state_of(seg)[0] == "LEAK_STATE_LEAKED", timeout=20, what="the dead creator's file leaked")
+        target = bind(seg, "consumer-data")
+        wait_scans(agent, 2)
+        state, refs = state_of(seg)
+        assert state == "LEAK_STATE_HELD" and any(str(target) in r for r in refs), (state, refs)
+        agent.cli("reclaim", "--yes", check=False)
+        assert seg.exists()
     finally:
         for m in mounts:
             m.kill()
