@@ -552,7 +552,7 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, c
   const ProcTable& table = view->table;
   ino_t ipc_ns = sysv.ipc_ns;
   if (ipc_ns == 0 || sysv.host || !sysv.status.ok()) return;  // the host's IPC namespace is not the pod's
-  bool first = ipc_seen->insert(ipc_ns).second;  // pods sharing a namespace report its leaks once
+  bool first = ipc_seen->insert(ipc_ns).second;               // pods sharing a namespace report its leaks once
   for (const SysvSegment& s : sysv.segments) {
     p->sysv_bytes += s.bytes;
     p->sysv_segments++;

@@ -90,10 +90,10 @@ struct PodRecord {
   // counted and listed under that pod only.
   bool shm_counted_elsewhere = false;
   // how to reach it
-  pid_t access_pid = 0;         // a live process of the pod (0 for host directories)
+  pid_t access_pid = 0;             // a live process of the pod (0 for host directories)
   uint64_t access_start_ticks = 0;  // its start time as discovery checked it this scan (0 = unknown)
-  std::string host_dir;         // kHost: the watched directory
-  std::string shm_host_source;  // the host tmpfs bound at the pod's /dev/shm, when the spec says so
+  std::string host_dir;             // kHost: the watched directory
+  std::string shm_host_source;      // the host tmpfs bound at the pod's /dev/shm, when the spec says so
   dev_t shm_dev = 0;
   bool shares_host_shm = false;
   bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto

@@ -1,9 +1,9 @@
 #include "scan/sysv.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sched.h>
 #include <sys/shm.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
