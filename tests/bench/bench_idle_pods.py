@@ -7,13 +7,16 @@ has its own /dev/shm tmpfs and IPC namespace; nothing in them touches shared
 memory. The agent watches them through that dockerd's runc root and socket, at
 the default scanInterval (10s), in fanotify mode; the scan mode (today's
 agent) beside it. Reported, per agent, in one run and interleaved: its CPU
-(% of one core over SECONDS after a settling period), the median duration of
-its periodic scans (shmkeeper_scan_duration_seconds sampled after each scan),
-and the /proc walks it made.
+(% of one core over SECONDS after a settling period, nothing asked of it
+meanwhile), then the median duration of its next 3 periodic scans
+(shmkeeper_scan_duration_seconds sampled after each scan), and the /proc
+walks it made.
 
 With SHMKEEPERD_BASELINE=<path to another shmkeeperd> (e.g. one built from
 main) that binary is measured too, in fanotify mode, on the same containers:
-the before/after columns of docs/benchmarks.md come from one run.
+the before/after columns of docs/benchmarks.md come from one run. Then the
+fanotify agents again with one closed scratch file in one container's
+/dev/shm (a file nobody holds: its mount references are looked for).
 Run as root. Usage: bench_idle_pods.py [N] [SECONDS]
 """
 import os
@@ -58,22 +61,29 @@ agent:
 
 
 def measure(agent, seconds):
-    """CPU share over `seconds` and the durations of the scans in that time."""
+    """CPU share over `seconds`, with nothing asked of the agent meanwhile
+    (a /metrics scrape renders every pod's series: scraping each second
+    would be most of an idle agent's CPU), then the durations of the next
+    3 scans (shmkeeper_scan_duration_seconds polled each second) and the
+    walks over both windows."""
     def scans():
         m = agent.metrics()
         return m.get("shmkeeper_scans_total", 0), m.get("shmkeeper_scan_duration_seconds", 0)
 
     walks = lambda: sum(v for k, v in agent.metrics().items() if k.startswith("shmkeeper_proc_walks_total"))  # noqa
-    w0, c0, t0 = walks(), cpu_seconds(agent.proc.pid), time.time()
+    w0 = walks()
+    c0, t0 = cpu_seconds(agent.proc.pid), time.time()
+    time.sleep(seconds)
+    cpu = 100 * (cpu_seconds(agent.proc.pid) - c0) / (time.time() - t0)
     n0, _ = scans()
     durations = []
-    while time.time() - t0 < seconds:
+    deadline = time.time() + 45
+    while len(durations) < 3 and time.time() < deadline:
         time.sleep(1)
         n, d = scans()
         if n != n0:
             n0 = n
             durations.append(d)
-    cpu = 100 * (cpu_seconds(agent.proc.pid) - c0) / (time.time() - t0)
     return cpu, durations, walks() - w0
 
 
@@ -106,12 +116,26 @@ def main():
             finally:
                 agent.stop()
             print(f"{label} done", flush=True)
+        # One container gets a closed scratch file: a file nobody holds.
+        engine.docker("exec", "idle0", "sh", "-c", "echo scratch > /dev/shm/scratch")
+        for label, binary, observer in agents:
+            if observer != "fanotify":
+                continue
+            label += ", 1 scratch file"
+            agent = start_agent(tmp, engine, label, binary, observer)
+            try:
+                time.sleep(12)
+                rows[label] = measure(agent, SECONDS)
+            finally:
+                agent.stop()
+            print(f"{label} done", flush=True)
         print(f"{N} idle containers (each its own /dev/shm tmpfs: {mounts} tmpfs mounts), {procs} processes on the "
               f"node, scanInterval 10s, {SECONDS:.0f}s per agent")
-        print(f"{'agent':<22}{'CPU % of a core':>16}{'scan median ms':>16}{'scans':>7}{'walks':>7}")
+        print(f"{'agent':<40}{'CPU % of a core':>16}{'scan median ms':>16}{'scans':>7}{'walks':>7}")
         for label, (cpu, durations, walks) in rows.items():
             med = 1000 * statistics.median(durations) if durations else float("nan")
-            print(f"{label:<22}{cpu:>16.3f}{med:>16.1f}{len(durations):>7}{walks:>7.0f}")
+            print(f"{label:<40}{cpu:>16.3f}{med:>16.1f}{len(durations):>7}{walks:>7.0f}")
+        print(f"load average {open('/proc/loadavg').read().split()[:3]}")
     finally:
         engine.stop()
         subprocess.run(["rm", "-rf", str(tmp)])

@@ -9,6 +9,12 @@
  *   shmtool sysv-hold MIB            SysV segment kept attached forever
  *   shmtool sysv-use ID MS SECONDS   attach segment ID, touch it, detach, every MS ms for
  *                                    SECONDS; prints "uses=N errors=M" (an intermittent peer)
+ *   shmtool map-later NAME MIB SECS  create /dev/shm/NAME of MIB MiB with ftruncate (no pages),
+ *                                    map it, close the fd, print "ready"; after SECS seconds
+ *                                    write every page through the mapping (no write(2), no
+ *                                    close: no fanotify event), print "touched", sleep forever
+ *   shmtool memfd MIB                a memfd of MIB MiB, mapped and written (shmem charged to
+ *                                    the memory cgroup, nothing on /dev/shm), kept forever
  * Prints "ready" once the segment exists. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -73,6 +79,34 @@ int main(int argc, char** argv) {
     }
     printf("uses=%d errors=%d\n", uses, errors);
     return 0;
+  }
+  if (!strcmp(cmd, "map-later") && argc == 5) {
+    char path[512];
+    snprintf(path, sizeof path, "/dev/shm/%s", argv[2]);
+    size_t bytes = (size_t)atol(argv[3]) << 20;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) die("open");
+    if (ftruncate(fd, (off_t)bytes) != 0) die("ftruncate");
+    char* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) die("mmap");
+    close(fd);
+    ready();
+    sleep((unsigned)atoi(argv[4]));
+    memset(p, 0x5a, bytes);
+    printf("touched\n");
+    fflush(stdout);
+    forever();
+  }
+  if (!strcmp(cmd, "memfd")) {
+    size_t bytes = (size_t)atol(argv[2]) << 20;
+    int fd = memfd_create("shmtool", 0);
+    if (fd < 0) die("memfd_create");
+    if (ftruncate(fd, (off_t)bytes) != 0) die("ftruncate");
+    char* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) die("mmap");
+    memset(p, 0x5a, bytes);
+    ready();
+    forever();
   }
   if (!strcmp(cmd, "torch-leak") || !strcmp(cmd, "sysv") || !strcmp(cmd, "sysv-hold")) {
     size_t bytes = (size_t)atol(argv[2]) << 20;

@@ -1,8 +1,11 @@
 #include "node/discovery.h"
 
 #include <httplib.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -180,6 +183,24 @@ ContainerDiscovery::Stamp StampOf(const std::string& path) {
           st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
 }
 
+// A pidfd of `pid` if it is still the process that started at
+// `start_ticks` (checked after the pidfd is open: it then names that very
+// process); invalid when it is not, or pidfds are unavailable.
+UniqueFd OpenInit(pid_t pid, uint64_t start_ticks, const std::string& proc) {
+  if (pid <= 0 || start_ticks == 0) return UniqueFd();
+  UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  uint64_t live_start = 0;
+  if (!fd.valid() || !ReadProcStat(pid, nullptr, &live_start, proc) || live_start != start_ticks) return UniqueFd();
+  return fd;
+}
+
+// Whether the process of a pidfd has exited (POLLIN: it has; an error counts as exited).
+bool Exited(const UniqueFd& pidfd) {
+  struct pollfd p = {pidfd.get(), POLLIN, 0};
+  int n = ::poll(&p, 1, 0);
+  return n != 0;
+}
+
 }  // namespace
 
 std::vector<ContainerRecord> ContainerDiscovery::Discover(const std::vector<std::string>& roots,
@@ -196,16 +217,20 @@ std::vector<ContainerRecord> ContainerDiscovery::Discover(const std::vector<std:
       if (cached != cache_.end() && cached->second.state == state && state != Stamp{}) {
         // The runtime's state is the one parsed before: the same container,
         // if its init process is still the one it started.
-        const Entry& e = cached->second;
+        Entry& e = cached->second;
         const ContainerRecord& c = e.record;
-        uint64_t live_start = 0;
-        if (c.pid <= 0 || !ReadProcStat(c.pid, nullptr, &live_start, proc)) continue;
-        if (c.start_ticks != 0 && live_start != c.start_ticks) continue;
+        if (e.init.valid()) {
+          if (Exited(e.init)) continue;
+        } else {
+          uint64_t live_start = 0;
+          if (c.pid <= 0 || !ReadProcStat(c.pid, nullptr, &live_start, proc)) continue;
+          if (c.start_ticks != 0 && live_start != c.start_ticks) continue;
+        }
         if (e.config == StampOf(c.bundle.empty() ? "" : c.bundle + "/config.json") &&
             e.sizing == StampOf(c.bundle.empty() ? "" : c.bundle + "/" + kSizingRecordFile) &&
             e.storage == StampOf(PodmanStorageFile(c.bundle, c.id))) {
           out.push_back(c);
-          seen.emplace(dir, e);
+          seen.emplace(dir, std::move(e));
           continue;
         }
       }
@@ -218,6 +243,7 @@ std::vector<ContainerRecord> ContainerDiscovery::Discover(const std::vector<std:
       e.sizing = StampOf(c.bundle.empty() ? "" : c.bundle + "/" + kSizingRecordFile);
       e.storage = StampOf(PodmanStorageFile(c.bundle, c.id));
       ReadBundle(&c, &storage);
+      e.init = OpenInit(c.pid, c.start_ticks, proc);
       e.record = c;
       seen.emplace(dir, std::move(e));
       out.push_back(std::move(c));

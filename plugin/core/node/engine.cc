@@ -131,7 +131,7 @@ std::vector<CriSandbox> Agent::Reconcile(const Config& config) {
     failed.status = sandboxes.status().WithContext("list pod sandboxes");
     results.push_back(std::move(failed));
   } else if (reconciler_.resize) {
-    results = ReconcileSandboxes(*sandboxes, DiscoverContainers(runtime_roots_), config, *os_);
+    results = ReconcileSandboxes(*sandboxes, reconcile_discovery_.Discover(runtime_roots_), config, *os_);
   }
   for (const ReconcileResult& r : results) {
     bool resized = r.status.ok() && r.plan.action == ShmAction::kResize;

@@ -209,6 +209,10 @@ class Agent {
   const std::shared_ptr<Reporter> reporter_;
   const std::shared_ptr<CreatorBook> creators_;  // one book, shared by the scanner and the intake
   const std::vector<std::string> runtime_roots_;
+  // The containers reconcile sizes, parsed again only when their state
+  // changed (agent.reconcile runs at every scan: not a JSON parse per
+  // container each time).
+  ContainerDiscovery reconcile_discovery_ SHMK_GUARDED_BY(scan_mu_);
   const bool read_only_;                                // never reclaims (ScanOptions::read_only)
   AgentLog log_ = [](LogLevel, const std::string&) {};  // set before Start
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 
@@ -16,7 +17,6 @@
 #include "node/quarantine.h"
 #include "scan/memcg.h"
 #include "scan/shm_dir.h"
-#include "scan/sysv.h"
 
 namespace shmkeeper {
 namespace {
@@ -66,6 +66,7 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
     if (!c.pod_name.empty()) p.key.name = c.pod_name;
     if (inserted || sandbox) {
       p.access_pid = c.pid;
+      p.access_start_ticks = c.start_ticks;
       p.annotations = c.annotations;
       p.requested_bytes = c.requested_bytes;
       p.requested_source = c.requested_source;
@@ -488,8 +489,12 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
       continue;
     }
     // Unheld by every process: the references /proc does not show (read
-    // once per scan, on the first such file).
-    if (std::vector<FileRef> kernel = view->Refs().Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
+    // once per scan, on the first such file that creator evidence could
+    // make leaked; recent ones for a file that can only be unheld).
+    NameHint hint = CreatorHintFromName(f.path);
+    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
+    const NodeRefs& refs = rec || hint.pid ? view->Refs() : RecentRefs(view);
+    if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
       snap->kept_by_reason[kernel.front().kind == FileRef::kMount ? "mount" : "loop_device"]++;
       h.unheld = false;
       held_files->held.insert(f.key);
@@ -517,10 +522,8 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
     l.rel = f.path;
     l.bytes = f.bytes;
     l.age_sec = std::max<int64_t>(0, clock.now_sec - f.mtime_sec);
-    NameHint hint = CreatorHintFromName(f.path);
     l.name_pattern = hint.pattern;
     l.creator_pid = hint.pid;
-    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
     if (rec) {  // exact: the kernel named the creator when it made the file
       l.creator_pid = rec->ns_pid;
       l.creator_source = "record";
@@ -549,15 +552,13 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
   }
 }
 
-void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock,
+void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock,
                         std::set<ino_t>* ipc_seen, NodeSnapshot* snap) {
   const ProcTable& table = view->table;
-  ino_t ipc_ns = table.IpcNs(access.pid);
-  if (ipc_ns == 0 || ipc_ns == table.IpcNs(::getpid())) return;  // the host's IPC namespace is not the pod's
-  Result<std::vector<SysvSegment>> sysv = ListSysvShm(p->access_pid, opts_.proc);
-  if (!sysv.ok()) return;
-  bool first = ipc_seen->insert(ipc_ns).second;  // pods sharing a namespace report its leaks once
-  for (const SysvSegment& s : *sysv) {
+  ino_t ipc_ns = sysv.ipc_ns;
+  if (ipc_ns == 0 || sysv.host || !sysv.status.ok()) return;  // the host's IPC namespace is not the pod's
+  bool first = ipc_seen->insert(ipc_ns).second;               // pods sharing a namespace report its leaks once
+  for (const SysvSegment& s : sysv.segments) {
     p->sysv_bytes += s.bytes;
     p->sysv_segments++;
     if (!first || s.nattch != 0) continue;
@@ -589,6 +590,43 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, co
     l.sysv_dtime = s.dtime;
     FinishLeak(std::move(l), p, clock.now, since, opts_.grace, snap);
   }
+}
+
+std::optional<ProcInfo> Scanner::AccessInfo(pid_t pid, uint64_t start_ticks, std::map<pid_t, AccessEntry>* next) {
+  if (start_ticks == 0) return ReadProcInfo(pid, opts_.proc);  // no start time to know the process by
+  if (auto it = access_.find(pid); it != access_.end() && it->second.start_ticks == start_ticks) {
+    next->insert(*it);
+    return it->second.info;
+  }
+  std::optional<ProcInfo> info = ReadProcInfo(pid, opts_.proc);
+  if (info) next->insert_or_assign(pid, AccessEntry{start_ticks, *info});
+  return info;
+}
+
+const NodeRefs& Scanner::RecentRefs(ProcView* view) {
+  if (view->refs) return *view->refs;  // read by this scan already
+  if (recent_refs_ && recent_refs_devices_ == view->devices && scans_ - recent_refs_scan_ < kRefsEvery) {
+    view->recent = &*recent_refs_;
+    return *recent_refs_;
+  }
+  return view->Refs();  // kept as the recent ones at the end of the scan
+}
+
+int64_t Scanner::PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next) {
+  MemcgEntry now{p.access_start_ticks, p.used_bytes, p.sysv_bytes, p.files, p.sysv_segments, scans_, 0};
+  auto it = memcg_.find(p.access_pid);
+  if (!walk && p.access_start_ticks != 0 && it != memcg_.end()) {
+    const MemcgEntry& last = it->second;
+    if (last.start_ticks == now.start_ticks && last.used_bytes == now.used_bytes && last.files == now.files &&
+        last.sysv_bytes == now.sysv_bytes && last.sysv_segments == now.sysv_segments &&
+        scans_ - last.read_at_scan < kMemcgEvery) {
+      next->insert(*it);
+      return last.shmem_bytes;
+    }
+  }
+  now.shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
+  next->insert_or_assign(p.access_pid, now);
+  return now.shmem_bytes;
 }
 
 void Scanner::Memory::Begin() {
@@ -641,6 +679,27 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   std::set<dev_t> counted, judged;
   std::set<ino_t> ipc_seen;
   HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
+  // Each pod's access process (a watched host directory lives in the agent's
+  // own namespaces), and the SysV segments of the pods' IPC namespaces, all
+  // listed by one thread.
+  std::vector<std::optional<ProcInfo>> access_infos(snap.pods.size());
+  std::vector<pid_t> sysv_pids;
+  std::vector<size_t> sysv_of(snap.pods.size(), SIZE_MAX);
+  std::map<pid_t, AccessEntry> access_next;
+  for (size_t i = 0; i < snap.pods.size(); ++i) {
+    const PodRecord& p = snap.pods[i];
+    if (p.access_pid > 0) {
+      access_infos[i] = AccessInfo(p.access_pid, p.access_start_ticks, &access_next);
+    } else if (!p.host_dir.empty()) {
+      access_infos[i] = ReadProcInfo(::getpid(), opts_.proc);
+    }
+    if (!access_infos[i] || !p.host_dir.empty()) continue;
+    sysv_of[i] = sysv_pids.size();
+    sysv_pids.push_back(p.access_pid);
+  }
+  access_ = std::move(access_next);
+  std::vector<SysvListing> sysv = ListSysvShmEach(sysv_pids, opts_.proc);
+  std::map<pid_t, MemcgEntry> memcg_next;
   for (size_t i : OwnersFirst(snap.pods)) {
     PodRecord& p = snap.pods[i];
     const ShmDir& d = dirs[i];
@@ -649,10 +708,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     p.files = static_cast<int32_t>(d.files.size());
     p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
     if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
-    // A watched host directory lives in the agent's own namespaces.
-    pid_t access_pid = p.access_pid ? p.access_pid : (p.host_dir.empty() ? -1 : ::getpid());
-    std::optional<ProcInfo> access_info = access_pid > 0 ? ReadProcInfo(access_pid, opts_.proc) : std::nullopt;
-    const ProcInfo* access = access_info ? &*access_info : nullptr;
+    const ProcInfo* access = access_infos[i] ? &*access_infos[i] : nullptr;
     size_t first_leak = snap.leaks.size();
     p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
     if (!p.shm_counted_elsewhere) {
@@ -663,8 +719,16 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
                                  held.observed_pids, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
-    p.memcg_shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
-    SysvLeaks(&p, &view, *access, clock, &ipc_seen, &snap);
+    SysvLeaks(&p, &view, sysv[sysv_of[i]], clock, &ipc_seen, &snap);
+    p.memcg_shmem_bytes = PodMemcgShmem(p, walk, &memcg_next);
+  }
+  memcg_ = std::move(memcg_next);
+  if (view.refs) {  // read afresh by this scan: the recent ones from now on
+    recent_refs_ = std::move(view.refs);
+    recent_refs_devices_ = view.devices;
+    recent_refs_scan_ = scans_;
+  } else if (!view.recent) {  // none needed: forget them (the next need reads afresh)
+    recent_refs_.reset();
   }
   mem_.End();
   if (opts_.creators) opts_.creators->Retain(mem_.seen_files);

@@ -24,6 +24,7 @@
 #include "scan/node_refs.h"
 #include "scan/proc_table.h"
 #include "scan/shm_dir.h"
+#include "scan/sysv.h"
 
 namespace shmkeeper {
 
@@ -89,9 +90,10 @@ struct PodRecord {
   // counted and listed under that pod only.
   bool shm_counted_elsewhere = false;
   // how to reach it
-  pid_t access_pid = 0;         // a live process of the pod (0 for host directories)
-  std::string host_dir;         // kHost: the watched directory
-  std::string shm_host_source;  // the host tmpfs bound at the pod's /dev/shm, when the spec says so
+  pid_t access_pid = 0;             // a live process of the pod (0 for host directories)
+  uint64_t access_start_ticks = 0;  // its start time as discovery checked it this scan (0 = unknown)
+  std::string host_dir;             // kHost: the watched directory
+  std::string shm_host_source;      // the host tmpfs bound at the pod's /dev/shm, when the spec says so
   dev_t shm_dev = 0;
   bool shares_host_shm = false;
   bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
@@ -234,10 +236,25 @@ class Scanner {
     std::set<dev_t> devices;
     std::string proc, sys, dev;
     std::optional<NodeRefs> refs;
+    const NodeRefs* recent = nullptr;  // the Scanner's recent_refs_, when this scan used them
     const ProcTable& Procs();
     const NodeRefs& Refs();
-    const NodeRefs* RefsIfRead() const { return refs ? &*refs : nullptr; }
+    const NodeRefs* RefsIfRead() const { return refs ? &*refs : recent; }
   };
+  // The references of a file nobody holds and that no evidence could ever
+  // make leaked (no creator record, no pid in its name): such a file is
+  // never reclaimed, so whether a mount or a loop device holds it changes
+  // only how it is reported (held with that reference, or unheld). For it a
+  // scan that does not walk reuses the references read at most kRefsEvery
+  // scans ago (reading them means a pass over every process's namespaces and
+  // every mount namespace's mountinfo: on an idle node, one closed scratch
+  // file made every scan cost 4x); a file with creator evidence, a walk, and
+  // a changed set of watched tmpfs read them afresh, as before.
+  static constexpr int64_t kRefsEvery = 6;
+  std::optional<NodeRefs> recent_refs_;
+  std::set<dev_t> recent_refs_devices_;
+  int64_t recent_refs_scan_ = 0;
+  const NodeRefs& RecentRefs(ProcView* view);
   // What FileLeaks learnt of held files, for the pod's top segments.
   struct HeldFiles {
     std::set<FileKey> held;
@@ -263,7 +280,8 @@ class Scanner {
   void SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bool walked);
   void FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                  const Clock& clock, HeldFiles* held, NodeSnapshot* snap);
-  void SysvLeaks(PodRecord* p, ProcView* view, const ProcInfo& access, const Clock& clock, std::set<ino_t>* ipc_seen,
+  // `sysv`: the pod's IPC namespace as ListSysvShmEach listed it.
+  void SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock, std::set<ino_t>* ipc_seen,
                  NodeSnapshot* snap);
 
   ScanOptions opts_;
@@ -322,6 +340,34 @@ class Scanner {
     void End();
   };
   Memory mem_;
+  // The namespaces of each pod's access process (its container's init), by
+  // host pid with the start time discovery verified at this scan: a
+  // process's pid namespace and its pid there never change, so they are read
+  // (/proc/<pid>/status) once per process, not once per scan. Entries of
+  // pids no pod uses any more are dropped at each scan.
+  struct AccessEntry {
+    uint64_t start_ticks = 0;
+    ProcInfo info;
+  };
+  std::map<pid_t, AccessEntry> access_;
+  std::optional<ProcInfo> AccessInfo(pid_t pid, uint64_t start_ticks, std::map<pid_t, AccessEntry>* next);
+  // The shmem charged to each pod's memory cgroup (memory.stat: the kernel
+  // formats every counter of the cgroup, and /proc/<pid>/cgroup, for each
+  // pod) is read again only when something the scan sees moved: the pod's
+  // /dev/shm usage or file count (statfs, the listing), its SysV segments or
+  // bytes, its access process, or a walk; and at least every kMemcgEvery
+  // scans (shmem the scan cannot see: memfd, shared anonymous mappings, SysV
+  // pages touched later). Between reads the last value is reported.
+  static constexpr int64_t kMemcgEvery = 6;
+  struct MemcgEntry {
+    uint64_t start_ticks = 0;
+    int64_t used_bytes = 0, sysv_bytes = 0;
+    int32_t files = 0, sysv_segments = 0;
+    int64_t read_at_scan = 0;
+    int64_t shmem_bytes = 0;
+  };
+  std::map<pid_t, MemcgEntry> memcg_;
+  int64_t PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next);
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/shm.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -63,6 +65,51 @@ Result<std::vector<SysvSegment>> ListSysvShm(pid_t pid, const std::string& proc)
   });
   if (!s.ok()) return s;
   return segs;
+}
+
+std::vector<SysvListing> ListSysvShmEach(const std::vector<pid_t>& pids, const std::string& proc) {
+  std::vector<SysvListing> out(pids.size());
+  if (pids.empty()) return out;
+  struct stat self;
+  ino_t self_ns = ::stat((proc + "/self/ns/ipc").c_str(), &self) == 0 ? self.st_ino : 0;
+  std::thread t([&] {
+    std::map<ino_t, size_t> listed;  // namespace -> the entry that listed it
+    for (size_t i = 0; i < pids.size(); ++i) {
+      SysvListing& l = out[i];
+      std::string ns = proc + "/" + std::to_string(pids[i]) + "/ns/ipc";
+      UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+      struct stat st;
+      if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+        l.status = Status::FromErrno(errno, "open " + ns);
+        continue;
+      }
+      l.ipc_ns = st.st_ino;
+      if (self_ns != 0 && st.st_ino == self_ns) {
+        l.host = true;
+        continue;
+      }
+      if (auto it = listed.find(st.st_ino); it != listed.end()) {
+        l.status = out[it->second].status;
+        l.segments = out[it->second].segments;
+        continue;
+      }
+      listed.emplace(st.st_ino, i);
+      if (::setns(fd.get(), CLONE_NEWIPC) != 0) {
+        l.status = Status::FromErrno(errno, "setns " + ns);
+        continue;
+      }
+      struct shm_info info {};
+      if (::shmctl(0, SHM_INFO, reinterpret_cast<struct shmid_ds*>(&info)) >= 0 && info.used_ids == 0) continue;
+      Result<std::string> text = ReadFile("/proc/sysvipc/shm", 64 << 20);
+      if (!text.ok()) {
+        l.status = text.status();
+        continue;
+      }
+      l.segments = ParseSysvShm(*text);
+    }
+  });
+  t.join();
+  return out;
 }
 
 Status RemoveSysvShm(pid_t pid, const SysvExpect& want, const std::string& proc) {

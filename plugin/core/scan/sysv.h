@@ -1,7 +1,8 @@
 // SysV shared memory, per IPC namespace. /proc/sysvipc/shm shows the reading
 // thread's IPC namespace, so reads and removals run on a short-lived thread
 // that has joined the target namespace with setns(2); the agent's own
-// threads never change namespace.
+// threads never change namespace, and no thread outlives the call that made
+// it (a thread left in a pod's IPC namespace would pin it after the pod).
 #pragma once
 
 #include <sys/types.h>
@@ -38,6 +39,22 @@ std::vector<SysvSegment> ParseSysvShm(const std::string& text);
 
 // The segments in the IPC namespace of process `pid` (its /proc/<pid>/ns/ipc).
 Result<std::vector<SysvSegment>> ListSysvShm(pid_t pid, const std::string& proc = "/proc");
+
+// One IPC namespace's segments, as ListSysvShmEach found them.
+struct SysvListing {
+  ino_t ipc_ns = 0;   // the namespace's inode (0: it could not be opened)
+  bool host = false;  // the caller's own IPC namespace: not listed
+  Status status;      // why there is no listing (segments empty then)
+  std::vector<SysvSegment> segments;
+};
+
+// The segments in the IPC namespaces of `pids` (out[i] for pids[i]), on one
+// thread for the whole call that joins each namespace in turn: a scan of
+// many pods makes one thread, not one per pod. A namespace that
+// shmctl(SHM_INFO) shows without any segment is not read further (the
+// kernel's count of the namespace's segments: exact, and far cheaper than
+// formatting /proc/sysvipc/shm); a namespace met again is listed once.
+std::vector<SysvListing> ListSysvShmEach(const std::vector<pid_t>& pids, const std::string& proc = "/proc");
 
 // In that namespace, right before IPC_RMID: removes `want.shmid` only if the
 // kernel (IPC_STAT, in that namespace) still shows no attachment and the
