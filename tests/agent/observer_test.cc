@@ -22,8 +22,14 @@
 //   or not (the inode mark's FAN_ATTRIB: the filesystem mark carries no
 //   removals); a probe that finds the name gone makes the listing stale;
 // - a name swapped between the listing and the probe gets no mark;
+// - one create event per scan: a burst of 1,000 creates costs one event
+//   (the control, kept armed: one each); the re-arm (a Watch) changes
+//   Layout; no way back into the tmpfs (or another filesystem) keeps creates
+//   armed; a failed re-arm drops Layout until one succeeds; a disarmed tmpfs
+//   is not pinned (a plain umount works);
 // - through a started agent: a file grown by write(2) between two light
-//   scans shows its new size.
+//   scans shows its new size; each create right after a scan is listed by
+//   an early scan.
 // Tests wait on the kernel (fsnotify queues events synchronously in the
 // opener's system call: a child reaped means its events are queued).
 #include "node/observer.h"
@@ -547,6 +553,20 @@ TEST_F(ObserverMarksTest, AFailedReArmListsEveryScanUntilOneSucceeds) {
   EXPECT_TRUE(observer_->Layout(dev_).has_value());
   EXPECT_EQ(observer_->counters().rearms, 1);
   EXPECT_GE(CreateOneByOne(1, "second"), 1) << "re-armed";
+}
+
+TEST_F(ObserverMarksTest, ADisarmedTmpfsIsNotPinned) {
+  // The disarm reopens the tmpfs and keeps nothing open: once the test's own
+  // descriptor is closed, a plain umount (no MNT_DETACH, as a kubelet's)
+  // succeeds. The positive control: with a descriptor open it is EBUSY.
+  StartObserver();
+  CreateOneByOne(3, "c_");
+  ASSERT_EQ(observer_->counters().disarms, 1);
+  ASSERT_NE(::umount2(dir_.c_str(), 0), 0);
+  EXPECT_EQ(errno, EBUSY);
+  ::close(dir_fd_);
+  dir_fd_ = -1;
+  EXPECT_EQ(::umount2(dir_.c_str(), 0), 0) << ::strerror(errno);
 }
 
 TEST_F(ObserverMarksTest, ACreateAfterAScanIsListedByAnEarlyScan) {
