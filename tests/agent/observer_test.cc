@@ -22,8 +22,14 @@
 //   or not (the inode mark's FAN_ATTRIB: the filesystem mark carries no
 //   removals); a probe that finds the name gone makes the listing stale;
 // - a name swapped between the listing and the probe gets no mark;
+// - one create event per scan: a burst of 1,000 creates costs one event
+//   (the control, kept armed: one each); the re-arm (a Watch) changes
+//   Layout; no way back into the tmpfs (or another filesystem) keeps creates
+//   armed; a failed re-arm drops Layout until one succeeds; a disarmed tmpfs
+//   is not pinned (a plain umount works);
 // - through a started agent: a file grown by write(2) between two light
-//   scans shows its new size.
+//   scans shows its new size; each create right after a scan is listed by
+//   an early scan.
 // Tests wait on the kernel (fsnotify queues events synchronously in the
 // opener's system call: a child reaped means its events are queued).
 #include "node/observer.h"
@@ -78,15 +84,60 @@ class ObserverMarksTest : public ::testing::Test {
     ::umount2(dir_.c_str(), MNT_DETACH);
   }
 
-  void StartObserver(std::optional<int64_t> max_marks = std::nullopt,
+  void StartObserver(std::optional<int64_t> max_marks = std::nullopt, bool disarm_creates = true,
                      std::chrono::milliseconds holder_walk_every = std::chrono::seconds(10)) {
     ObserverOptions opts;
     opts.max_inode_marks = max_marks;
+    opts.disarm_creates = disarm_creates;
     opts.holder_walk_every = holder_walk_every;
     observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, opts);
     Status s = observer_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));
+    ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  }
+  // The scan's way back into the tmpfs (what the observer disarms through).
+  Observer::Reopen Reopen() {
+    return [dir = dir_]() -> Result<UniqueFd> {
+      UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!fd.valid()) return Status::FromErrno(errno, "open " + dir);
+      return fd;
+    };
+  }
+  // A child creates `n` files, one at a time: after each, the test drains
+  // (the event, if any, is read before the next create: nothing merges).
+  // Returns the events read meanwhile.
+  int64_t CreateOneByOne(int n, const std::string& prefix) {
+    int64_t e0 = Events();
+    int go[2], done[2];
+    EXPECT_EQ(::pipe(go), 0);
+    EXPECT_EQ(::pipe(done), 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      char c;
+      for (int i = 0; i < n; ++i) {
+        if (::read(go[0], &c, 1) != 1) ::_exit(1);
+        std::string path = dir_ + "/" + prefix + std::to_string(i);
+        int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) ::_exit(1);
+        ::close(fd);
+        if (::write(done[1], "d", 1) != 1) ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    ::close(go[0]);
+    ::close(done[1]);
+    for (int i = 0; i < n; ++i) {
+      char c = 'g';
+      EXPECT_EQ(::write(go[1], &c, 1), 1);
+      EXPECT_EQ(::read(done[0], &c, 1), 1);  // the create returned: its event (if any) is queued
+      observer_->Drain();
+    }
+    ::close(go[1]);
+    ::close(done[0]);
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return Events() - e0;
   }
 
   FileKey Make(const std::string& name, size_t bytes = 4096) {
@@ -353,7 +404,7 @@ TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk
 // (held, holders pending) and one walk names both.
 TEST_F(ObserverMarksTest, HolderWalksAreBatchedAtMostOnePerInterval) {
   constexpr auto kEvery = std::chrono::milliseconds(300);
-  StartObserver(std::nullopt, kEvery);
+  StartObserver(std::nullopt, /*disarm_creates=*/true, kEvery);
   std::vector<std::string> names = {"first", "second", "third"};
   std::vector<FileKey> keys;
   for (const std::string& n : names) keys.push_back(Make(n));
@@ -486,6 +537,129 @@ TEST_F(ObserverMarksTest, ASwappedNameIsNeitherProbedNorMarked) {
 // are pages allocated, which statfs shows too; the close-after-write event
 // of the file's inode mark, the other signal, is checked alone by
 // CloseAfterWritingAProbedFileChangesLayout.)
+TEST_F(ObserverMarksTest, ABurstOfCreatesCostsOneEventPerScan) {
+  StartObserver();
+  uint64_t l0 = *observer_->Layout(dev_);
+  // 1,000 creates, each drained before the next (no merging in the queue):
+  // the first disarms FAN_CREATE, the 999 others are no events.
+  int64_t events = CreateOneByOne(1000, "burst_");
+  EXPECT_LE(events, 3) << "1,000 creates between two scans";
+  EXPECT_EQ(observer_->counters().disarms, 1);
+  uint64_t l1 = *observer_->Layout(dev_);
+  EXPECT_NE(l1, l0) << "a disarm changes Layout";
+  // The scan's Watch re-arms (and changes Layout again, with no event since:
+  // a listing from while it was disarmed is never reused).
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  EXPECT_EQ(observer_->counters().rearms, 1);
+  uint64_t l2 = *observer_->Layout(dev_);
+  EXPECT_NE(l2, l1) << "a re-arm changes Layout";
+  // The first create after the re-arm is an event again (and disarms again).
+  EXPECT_GE(CreateOneByOne(5, "after_"), 1);
+  EXPECT_EQ(observer_->counters().disarms, 2);
+  EXPECT_NE(*observer_->Layout(dev_), l2);
+  // A Watch of an armed tmpfs changes nothing.
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  EXPECT_EQ(observer_->counters().rearms, 2);
+  uint64_t l3 = *observer_->Layout(dev_);
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  EXPECT_EQ(*observer_->Layout(dev_), l3);
+}
+
+TEST_F(ObserverMarksTest, CreatesKeptArmedCostAnEventEach) {
+  // The positive control of the test above: creates never disarmed.
+  StartObserver(std::nullopt, /*disarm_creates=*/false);
+  EXPECT_GE(CreateOneByOne(1000, "burst_"), 990);
+  EXPECT_EQ(observer_->counters().disarms, 0);
+}
+
+TEST_F(ObserverMarksTest, NoWayBackInKeepsCreatesArmed) {
+  // Without a Reopen (or one that opens another filesystem) nothing is disarmed.
+  ObserverOptions opts;
+  observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, opts);
+  ASSERT_TRUE(observer_->Start().ok());
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, [] {
+    return Result<UniqueFd>(UniqueFd(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC)));
+  }));
+  EXPECT_GE(CreateOneByOne(50, "c_"), 45);
+  EXPECT_EQ(observer_->counters().disarms, 0);
+}
+
+TEST_F(ObserverMarksTest, AFailedReArmListsEveryScanUntilOneSucceeds) {
+  StartObserver();
+  CreateOneByOne(1, "first");
+  ASSERT_EQ(observer_->counters().disarms, 1);
+  ASSERT_TRUE(observer_->Layout(dev_).has_value());
+  // A re-arm through a bad descriptor fails: reported once, no Layout (the
+  // scan lists that tmpfs every time instead of reusing a listing).
+  ASSERT_TRUE(observer_->Watch(-1, dev_));
+  ASSERT_TRUE(observer_->Watch(-1, dev_));
+  EXPECT_FALSE(observer_->Layout(dev_).has_value());
+  EXPECT_EQ(reporter_.Count(kObserverMarkErrors), 1);
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));
+  EXPECT_TRUE(observer_->Layout(dev_).has_value());
+  EXPECT_EQ(observer_->counters().rearms, 1);
+  EXPECT_GE(CreateOneByOne(1, "second"), 1) << "re-armed";
+}
+
+TEST_F(ObserverMarksTest, ADisarmedTmpfsIsNotPinned) {
+  // The disarm reopens the tmpfs and keeps nothing open: once the test's own
+  // descriptor is closed, a plain umount (no MNT_DETACH, as a kubelet's)
+  // succeeds. The positive control: with a descriptor open it is EBUSY.
+  StartObserver();
+  CreateOneByOne(3, "c_");
+  ASSERT_EQ(observer_->counters().disarms, 1);
+  ASSERT_NE(::umount2(dir_.c_str(), 0), 0);
+  EXPECT_EQ(errno, EBUSY);
+  ::close(dir_fd_);
+  dir_fd_ = -1;
+  EXPECT_EQ(::umount2(dir_.c_str(), 0), 0) << ::strerror(errno);
+}
+
+TEST_F(ObserverMarksTest, ACreateAfterAScanIsListedByAnEarlyScan) {
+  // Through a started agent whose periodic scan is far away: only the early
+  // scan a create's event calls for can list a new file. Each create comes
+  // right after the scan that listed the previous one (re-armed).
+  Config config;
+  config.agent.event_socket = "";
+  config.agent.observe = true;
+  config.agent.scan_interval = std::chrono::seconds(600);
+  ScanOptions scan;
+  scan.runtime_roots = {};
+  scan.docker_socket = "";
+  scan.host_shm_dirs = {dir_};
+  Agent agent(config, scan);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_STREQ(agent.observer_mode(), "fanotify");
+  auto files = [&]() -> int {
+    for (const PodRecord& p : agent.Snapshot()->pods) {
+      if (p.host_dir == dir_) return p.files;
+    }
+    return -1;
+  };
+  ASSERT_EQ(files(), 0);
+  for (int i = 1; i <= 3; ++i) {
+    uint64_t before = agent.scans_completed();
+    RunChild([&] {
+      std::string path = dir_ + "/early_" + std::to_string(i);
+      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd < 0) ::_exit(1);
+      ::close(fd);
+    });
+    // An early scan comes (at most one a second) and lists it.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (files() != i && std::chrono::steady_clock::now() < deadline) {
+      agent.WaitForScan(agent.scans_completed(), std::chrono::seconds(5));
+    }
+    EXPECT_EQ(files(), i) << "create " << i << " was not listed by an early scan";
+    EXPECT_GT(agent.scans_completed(), before);
+  }
+  ObserverCounters c = agent.observer_counters();
+  EXPECT_GE(c.disarms, 3);
+  EXPECT_GE(c.rearms, 2);
+  agent.Stop();
+}
+
 TEST_F(ObserverMarksTest, AFileGrownBetweenTwoLightScansShowsItsNewSize) {
   Config config;
   config.agent.event_socket = "";

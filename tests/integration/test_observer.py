@@ -16,6 +16,8 @@ tmpfs mounts, real processes, real kernel.
 - the forced fallback reports mode scan and keeps the verdicts;
 - an O_PATH holder (the lease probe's blind spot): judged leaked by the
   observer, kept by reclaim's final walk, counted by the audit (walk_only).
+- creates in a runc container's /dev/shm: each disarms that tmpfs's create
+  events once and is listed by an early scan (the scan re-armed them).
 Tests wait on the agent's counters (scans, walks), not on fixed sleeps.
 """
 import json
@@ -303,3 +305,45 @@ def test_o_path_holder_is_the_probes_blind_spot_and_the_walks_catch_it(tmp_path,
         agent.stop()
         holder.kill()
         holder.wait()
+
+
+def test_creates_in_a_container_cost_one_event_per_scan(tmp_path, rootfs):
+    """A real runc container's /dev/shm (reached through its process, as the
+    scan does): the first create after a scan disarms that tmpfs's create
+    events (counted), the early scan it asks for re-arms them before it
+    lists: each of three creates, one after the other's listing, is listed by
+    an early scan (the periodic one is 10 minutes away)."""
+    require(shutil.which("runc") is not None, "runc is not installed")
+    require(SHMTOOL.exists(), f"shmtool not built at {SHMTOOL}")
+    state = tmp_path / "runc-root"
+
+    def edit(spec):
+        spec["mounts"].append({"destination": "/t/shmtool", "type": "bind", "source": str(SHMTOOL),
+                               "options": ["bind", "ro"]})
+
+    bundle = oci_bundle(tmp_path / "arm", rootfs, ["sleep", "600"], edit=edit)
+    subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(bundle), "arm"], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    base = tmp_path / "agent"
+    agent = None
+    try:
+        agent = start_agent(base, agent_config(base, [], scan="600s", runtime_roots=[state]))
+        assert metric(agent, "shmkeeper_observer_mode", 'mode="fanotify"') == 1
+
+        def files():
+            for p in agent.json("pods").get("pods", []):
+                if "arm" in (p.get("name"), p.get("id")):
+                    return int(p.get("shm", {}).get("files", 0))
+            return None
+
+        wait_for(lambda: files() == 0, timeout=10, what="the container's pod, no files")
+        for i in range(1, 4):
+            # Creates torch_<pid>_0 and dies by SIGKILL (a crashed creator).
+            out = run(["runc", "--root", state, "exec", "arm", "/t/shmtool", "torch-leak", "1"], check=False).stdout
+            assert out.startswith("ready"), out
+            wait_for(lambda: files() == i, timeout=10, what=f"create {i} listed by an early scan")
+            assert metric(agent, "shmkeeper_observer_create_disarms_total") >= i
+    finally:
+        run(["runc", "--root", state, "delete", "-f", "arm"], check=False)
+        if agent:
+            agent.stop()

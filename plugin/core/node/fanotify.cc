@@ -69,6 +69,15 @@ Status Fanotify::AllUses(int fd) {
   return Status::Ok();
 }
 
+Status Fanotify::Creates(int fd, bool on) {
+  unsigned flags = (on ? FAN_MARK_ADD : FAN_MARK_REMOVE) | FAN_MARK_FILESYSTEM;
+  if (::fanotify_mark(fd_.get(), flags, FAN_CREATE, fd, nullptr) != 0) {
+    return Status::FromErrno(
+        errno, on ? "fanotify_mark(FAN_MARK_ADD, FAN_CREATE)" : "fanotify_mark(FAN_MARK_REMOVE, FAN_CREATE)");
+  }
+  return Status::Ok();
+}
+
 void Fanotify::Forget(dev_t dev) {
   MutexLock l(&mu_);
   std::erase_if(fsids_, [dev](const auto& kv) { return kv.second == dev; });

@@ -129,6 +129,10 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
        "Walks of /proc for files probed held whose holder no event and no recent creator named (at most one per 10 s, "
        "for all such files together).");
   o << "shmkeeper_observer_holder_walks_total " << oc.holder_walks << "\n";
+  help("shmkeeper_observer_create_disarms_total", "counter",
+       "Creates that disarmed their tmpfs's create events until the next scan re-armed them (one create event "
+       "per scan per tmpfs).");
+  o << "shmkeeper_observer_create_disarms_total " << oc.disarms << "\n";
   help("shmkeeper_observer_audit_disagreements_total", "counter",
        "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "
        "verdict was wrong), walk_only (a holder only /proc shows, e.g. an O_PATH descriptor).");

@@ -348,8 +348,14 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
     // Marked before its files are read: no use after this point is missed.
     bool marked_now = false;
-    bool observed =
-        opts_.observer && !p.shares_host_shm && opts_.observer->Watch((*fds)[i].get(), p.shm_dev, &marked_now);
+    // Watch re-arms a disarmed tmpfs's creates before the listing below; the
+    // observer reopens the directory to disarm them at the next create.
+    PodRecord way_in;
+    way_in.access_pid = p.access_pid;
+    way_in.host_dir = p.host_dir;
+    Observer::Reopen reopen = [pod = std::move(way_in), proc = opts_.proc] { return OpenPodShm(pod, proc); };
+    bool observed = opts_.observer && !p.shares_host_shm &&
+                    opts_.observer->Watch((*fds)[i].get(), p.shm_dev, &marked_now, std::move(reopen));
     if (marked_now) marked_now_.insert(p.shm_dev);
     if (walk || !observed) devices.insert(p.shm_dev);
   }

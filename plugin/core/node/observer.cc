@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/fanotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,17 +78,22 @@ Status Observer::Start() {
   return Status::Ok();
 }
 
-bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now) {
+bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now, Reopen reopen) {
   if (marked_now) *marked_now = false;
   {
     MutexLock l(&mu_);
-    if (watched_.count(dev)) return true;
+    if (reopen) reopen_[dev] = std::move(reopen);  // the newest way in (a pod's access pid may change)
     if (failed_.count(dev)) return false;
+  }
+  if (Watching(dev)) {
+    Rearm(dir_fd, dev);  // before the caller lists the directory
+    return true;
   }
   Status s = fan_ ? fan_->Mark(dir_fd, dev) : Status::Precondition("observer not started");
   MutexLock l(&mu_);
   if (s.ok()) {
     watched_.insert(dev);
+    disarmed_.erase(dev);
     layout_[dev]++;  // a new mark: nothing measured before it counts
     if (marked_now) *marked_now = true;
     return true;
@@ -98,6 +104,52 @@ bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now) {
                                                " (its holders are found by walking /proc): " + s.message());
   }
   return false;
+}
+
+void Observer::Rearm(int dir_fd, dev_t dev) {
+  MutexLock a(&arm_mu_);
+  {
+    MutexLock l(&mu_);
+    if (!disarmed_.count(dev)) return;
+  }
+  Status s = fan_->Creates(dir_fd, true);
+  MutexLock l(&mu_);
+  layout_[dev]++;  // creates while disarmed were no events: the listing cache must not be reused
+  if (s.ok()) {
+    disarmed_.erase(dev);
+    arm_failed_.erase(dev);
+    counters_.rearms++;
+    return;
+  }
+  if (arm_failed_.insert(dev).second && reporter_) {
+    reporter_->Report(kObserverMarkErrors, "cannot re-arm the create events of the tmpfs of device " +
+                                               std::to_string(dev) + " (listed every scan): " + s.message());
+  }
+}
+
+void Observer::Disarm(dev_t dev) {
+  Reopen reopen;
+  {
+    MutexLock l(&mu_);
+    auto it = reopen_.find(dev);
+    if (!watched_.count(dev) || disarmed_.count(dev) || it == reopen_.end()) return;
+    reopen = it->second;
+  }
+  Result<UniqueFd> fd = reopen();
+  struct stat st;
+  // Not that tmpfs any more (its pod's process gone, the pid reused): keep
+  // the creates armed (an event each, nothing missed).
+  if (!fd.ok() || ::fstat(fd->get(), &st) != 0 || st.st_dev != dev) return;
+  MutexLock a(&arm_mu_);
+  {
+    MutexLock l(&mu_);
+    if (!watched_.count(dev) || disarmed_.count(dev)) return;
+  }
+  if (!fan_->Creates(fd->get(), false).ok()) return;  // still armed: an event per create, nothing missed
+  MutexLock l(&mu_);
+  disarmed_.insert(dev);
+  layout_[dev]++;
+  counters_.disarms++;
 }
 
 void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
@@ -112,7 +164,7 @@ void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
 
 std::optional<uint64_t> Observer::Layout(dev_t dev) const {
   MutexLock l(&mu_);
-  if (!watched_.count(dev)) return std::nullopt;
+  if (!watched_.count(dev) || arm_failed_.count(dev)) return std::nullopt;
   auto it = layout_.find(dev);
   return it == layout_.end() ? 0 : it->second;
 }
@@ -134,6 +186,9 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
     std::erase_if(dev_floor_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(layout_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(all_uses_, [&](dev_t d) { return !devs.count(d); });
+    std::erase_if(disarmed_, [&](dev_t d) { return !devs.count(d); });
+    std::erase_if(arm_failed_, [&](dev_t d) { return !devs.count(d); });
+    std::erase_if(reopen_, [&](const auto& kv) { return !devs.count(kv.first); });
     std::erase_if(creators_, [&](const auto& kv) { return !devs.count(kv.first); });
     int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
     std::erase_if(inodes_, [&](const auto& kv) {
@@ -397,6 +452,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
   if (e.mask & kChange) layout_[e.dev]++;
   if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
+  if ((e.mask & FAN_CREATE) && opts_.disarm_creates && !disarmed_.count(e.dev)) to_disarm_.insert(e.dev);
   if ((e.mask & (FAN_CREATE | FAN_MOVED_TO)) && !(e.mask & FAN_ONDIR) && e.pid > 0 && !others_.count(e.pid)) {
     Remember(&creators_[e.dev], e.pid, kMaxCreators);  // the likely holders of files first probed held
   }
@@ -495,6 +551,12 @@ void Observer::Drain() {
       overflow = true;
       overflow_pending_ = true;
     }
+    std::set<dev_t> disarm;
+    {
+      MutexLock l(&mu_);
+      disarm.swap(to_disarm_);
+    }
+    for (dev_t dev : disarm) Disarm(dev);
   }
   if (overflow && on_overflow_) on_overflow_();
   if (changed && on_change_) on_change_();

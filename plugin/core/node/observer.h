@@ -30,6 +30,8 @@
 // "unheld since" to the overflow (counted; the agent then walks /proc). An
 // event whose inode cannot be decoded makes its whole filesystem dirty the
 // same way. The agent's own opens (probes, reclaim) are not events of use.
+// Creates are events only until the first one after a scan: it disarms
+// FAN_CREATE on its tmpfs and the next scan re-arms it before listing (Watch).
 //
 // Nor are another shmkeeperd's (a --read-only agent beside the node's agent):
 // the processes registered in the agent's ProberRegistry (probers.h; a kernel
@@ -101,6 +103,8 @@ struct ObserverCounters {
   int64_t inode_marks = 0;     // inode marks placed on files the observer still tracks
   int64_t mark_fallbacks = 0;  // filesystems watched for every open and close (an inode mark failed)
   int64_t holder_walks = 0;    // walks of /proc for held files no event or creator named (batched)
+  int64_t disarms = 0;         // FAN_CREATE removed from a tmpfs's mark at its first create since a scan
+  int64_t rearms = 0;          // FAN_CREATE added back by a scan
 };
 
 struct ObserverOptions {
@@ -118,6 +122,10 @@ struct ObserverOptions {
   // the next walk together (Use::holders_pending), so such files cost one
   // walk per interval, not one per file. Their verdict (held) never waits.
   std::chrono::milliseconds holder_walk_every{10000};
+  // Disarm a tmpfs's creates at its first create, re-arm at the next scan
+  // (Watch). False keeps them armed (tests' control: every create is an
+  // event again).
+  bool disarm_creates = true;
 };
 
 class Observer {
@@ -146,7 +154,20 @@ class Observer {
   // there must be judged by walking /proc. `marked_now` (may be null) is set
   // when this call made the mark: files opened before it have no events, and
   // the caller seeds their holders (Seed).
-  bool Watch(int dir_fd, dev_t dev, bool* marked_now = nullptr);
+  // Creates: the first create (or FAN_CREATE of a directory) by another
+  // process after a Watch disarms FAN_CREATE on that tmpfs (Fanotify::Creates;
+  // it changes Layout and calls on_change, so an early scan comes), and the
+  // next Watch of a disarmed tmpfs, which the scan calls before it lists the
+  // directory, re-arms it (changing Layout again): a create after the re-arm
+  // is an event, one before it is in the listing; a burst of creates costs
+  // one event per scan. The disarm needs a descriptor of the tmpfs:
+  // `reopen` (kept per device, called on the observer's thread; nothing is
+  // kept open, so a dead pod's tmpfs is never pinned) opens its directory;
+  // without it, or when what it opens is not on `dev`, creates stay armed.
+  // A re-arm that fails is reported once and leaves the device without a
+  // Layout (listed every scan) until a later Watch re-arms it.
+  using Reopen = std::function<Result<UniqueFd>()>;
+  bool Watch(int dir_fd, dev_t dev, bool* marked_now = nullptr, Reopen reopen = nullptr);
   // Records `pids` as processes using `key` (holders a walk found for a file
   // opened before its tmpfs was marked), as if their opens had been seen; no
   // activity time, no new probe.
@@ -159,7 +180,8 @@ class Observer {
   // observer has probed (every file a listing showed: a newer one is a
   // create; in the fallback, FAN_DELETE of any), by any process, the agent
   // included; lost events change every device's. nullopt when `dev` is not
-  // watched. What the events cannot tell (pages written or punched through a
+  // watched, or while its creates are disarmed and could not be re-armed.
+  // What the events cannot tell (pages written or punched through a
   // mapping, a write through a descriptor still open) is in statfs; the scan
   // compares that too (node_scan.h: the listing cache).
   std::optional<uint64_t> Layout(dev_t dev) const;
@@ -251,6 +273,10 @@ class Observer {
   // remembered; a file no process holds is probed again at its next Check
   // and walked for no more until an event names it. Returns what it found.
   std::map<FileKey, std::vector<pid_t>> RunWalk() SHMK_EXCLUDES(mu_);
+  // Removes FAN_CREATE from `dev`'s filesystem mark (through its Reopen).
+  void Disarm(dev_t dev);
+  // Adds FAN_CREATE back on the filesystem of `dir_fd` if `dev` is disarmed.
+  void Rearm(int dir_fd, dev_t dev);
 
   std::function<void()> on_change_, on_overflow_;
   Reporter* reporter_;
@@ -260,11 +286,18 @@ class Observer {
   UniqueFd stop_;
   std::thread thread_;
   pid_t self_ = 0;
-  Mutex drain_mu_ SHMK_ACQUIRED_BEFORE(mu_);  // serialises Drain
+  Mutex drain_mu_ SHMK_ACQUIRED_BEFORE(arm_mu_);  // serialises Drain
+  // Serialises a disarm with a re-arm (the syscall and the state together:
+  // the state never says armed while the kernel's mask is not).
+  Mutex arm_mu_ SHMK_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
   std::set<dev_t> watched_ SHMK_GUARDED_BY(mu_), failed_ SHMK_GUARDED_BY(mu_);
   std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                      // watched for every open and close
+  std::set<dev_t> disarmed_ SHMK_GUARDED_BY(mu_);                      // FAN_CREATE removed (see Watch)
+  std::set<dev_t> arm_failed_ SHMK_GUARDED_BY(mu_);                    // disarmed, re-arm failed: no Layout
+  std::map<dev_t, Reopen> reopen_ SHMK_GUARDED_BY(mu_);                // see Watch
+  std::set<dev_t> to_disarm_ SHMK_GUARDED_BY(mu_);                     // a create read by this drain
   std::map<dev_t, std::vector<pid_t>> creators_ SHMK_GUARDED_BY(mu_);  // recent FAN_CREATE/MOVED_TO pids
   std::set<FileKey> pending_walk_ SHMK_GUARDED_BY(mu_);                // files waiting for the holder walk
   std::optional<Clock::time_point> last_walk_ SHMK_GUARDED_BY(mu_);    // the last holder walk
