@@ -31,38 +31,10 @@ import time
 import pytest
 
 from harness import SHMTOOL, oci_bundle, require, run, wait_for
-from reclaim_attack import (HOLDERS, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
+from reclaim_attack import (INTERMITTENT_USER, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent)
 
 GRACE = 2  # seconds
-
-USER = r"""
-import os, sys, time
-path, period, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-enoent = uses = 0
-end = time.time() + seconds
-while time.time() < end:
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        enoent += 1
-    else:
-        os.pwrite(fd, b"x" * 64, 0)
-        os.pread(fd, 64, 0)
-        time.sleep(0.005)
-        os.close(fd)
-        uses += 1
-    time.sleep(period)
-print(f"uses={uses} enoent={enoent}", flush=True)
-"""
-
-
-@pytest.fixture
-def shm(tmp_path, root_and_runc):
-    require(HOLDERS.exists(), f"holders not built at {HOLDERS}")
-    fs = Tmpfs(tmp_path / "shm")
-    yield fs.path
-    fs.stop()
 
 
 def config(base, shm, observer="fanotify"):
@@ -91,7 +63,7 @@ def test_intermittent_use_is_never_leaked(tmp_path, shm, observer):
         _, (used,) = make_leaks(shm, 1, "used")
         _, (control,) = make_leaks(shm, 1, "control")  # a true leak: must go (the loop works)
         ino = os.stat(used).st_ino
-        user = subprocess.Popen([sys.executable, "-c", USER, str(used), "0.3", str(3 * GRACE + 2)],
+        user = subprocess.Popen([sys.executable, "-c", INTERMITTENT_USER, str(used), "0.3", str(3 * GRACE + 2)],
                                 stdout=subprocess.PIPE, text=True)
         loop = ReclaimLoop(agent)
         seen = set()
@@ -119,7 +91,9 @@ def test_intermittent_use_is_never_leaked(tmp_path, shm, observer):
         agent.stop()
 
 
-def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs):
+def runc_with_shmtool(tmp_path, rootfs, name):
+    """A runc container `name` (sleep 600, its own namespaces, shmtool at
+    /t/shmtool) under the runc root it returns; the caller deletes it."""
     require(shutil.which("runc") is not None, "runc is not installed")
     require(SHMTOOL.exists(), f"shmtool not built at {SHMTOOL}")
     state = tmp_path / "runc-root"
@@ -128,9 +102,14 @@ def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs)
         spec["mounts"].append({"destination": "/t/shmtool", "type": "bind", "source": str(SHMTOOL),
                                "options": ["bind", "ro"]})
 
-    bundle = oci_bundle(tmp_path / "sysv", rootfs, ["sleep", "600"], edit=edit)
-    subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(bundle), "sysv"], check=True,
+    bundle = oci_bundle(tmp_path / name, rootfs, ["sleep", "600"], edit=edit)
+    subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(bundle), name], check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    return state
+
+
+def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs):
+    state = runc_with_shmtool(tmp_path, rootfs, "sysv")
     base = tmp_path / "agent"
     agent = None
     try:
@@ -313,17 +292,7 @@ def test_creates_in_a_container_cost_one_event_per_scan(tmp_path, rootfs):
     events (counted), the early scan it asks for re-arms them before it
     lists: each of three creates, one after the other's listing, is listed by
     an early scan (the periodic one is 10 minutes away)."""
-    require(shutil.which("runc") is not None, "runc is not installed")
-    require(SHMTOOL.exists(), f"shmtool not built at {SHMTOOL}")
-    state = tmp_path / "runc-root"
-
-    def edit(spec):
-        spec["mounts"].append({"destination": "/t/shmtool", "type": "bind", "source": str(SHMTOOL),
-                               "options": ["bind", "ro"]})
-
-    bundle = oci_bundle(tmp_path / "arm", rootfs, ["sleep", "600"], edit=edit)
-    subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(bundle), "arm"], check=True,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    state = runc_with_shmtool(tmp_path, rootfs, "arm")
     base = tmp_path / "agent"
     agent = None
     try:

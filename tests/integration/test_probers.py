@@ -24,33 +24,13 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-from harness import AgentProcess, require, wait_for
-from reclaim_attack import (HOLDERS, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks, metric_values,
+from harness import AgentProcess, wait_for
+from reclaim_attack import (INTERMITTENT_USER, ReclaimLoop, agent_config, leaks_by_path, make_leaks, metric_values,
                             scrape, start_agent)
 
 GRACE = 3  # seconds; scans every second: a probe ping-pong refreshes "unheld since" at least every ~2 s
 LEAKED = "LEAK_STATE_LEAKED"
 
-USER = r"""
-import os, sys, time
-path, period, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-enoent = uses = 0
-end = time.time() + seconds
-while time.time() < end:
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        enoent += 1
-    else:
-        os.pwrite(fd, b"x" * 64, 0)
-        time.sleep(0.005)
-        os.close(fd)
-        uses += 1
-    time.sleep(period)
-print(f"uses={uses} enoent={enoent}", flush=True)
-"""
 
 HOLD = r"""
 import os, sys, time
@@ -58,14 +38,6 @@ fd = os.open(sys.argv[1], os.O_RDONLY)
 print("ready", flush=True)
 time.sleep(float(sys.argv[2]))
 """
-
-
-@pytest.fixture
-def shm(tmp_path, root_and_runc):
-    require(HOLDERS.exists(), f"holders not built at {HOLDERS}")
-    fs = Tmpfs(tmp_path / "shm")
-    yield fs.path
-    fs.stop()
 
 
 def metric(agent, name, labels=""):
@@ -150,7 +122,7 @@ def test_held_and_intermittently_used_files_survive_both_agents(tmp_path, shm):
         holder = subprocess.Popen([sys.executable, "-c", HOLD, str(held), str(window + 60)], stdout=subprocess.PIPE,
                                   text=True)
         assert holder.stdout.readline().strip() == "ready"
-        user = subprocess.Popen([sys.executable, "-c", USER, str(used), "0.3", str(window)], stdout=subprocess.PIPE,
+        user = subprocess.Popen([sys.executable, "-c", INTERMITTENT_USER, str(used), "0.3", str(window)], stdout=subprocess.PIPE,
                                 text=True)
         _, (control,) = make_leaks(shm, 1, "control")  # a true leak beside them: must go
         loop = ReclaimLoop(node)

@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from harness import require, wait_for
-from reclaim_attack import (HOLDERS, QUARANTINE, Holder, ReclaimLoop, Tmpfs, agent_config, inodes, leaks_by_path,
+from harness import wait_for
+from reclaim_attack import (QUARANTINE, Holder, ReclaimLoop, agent_config, inodes, leaks_by_path,
                             make_leaks, metric_sum, metric_values, quarantined, scrape, start_agent, true_leaks_left,
                             wait_reclaimable, world_reachable_dir)
 
@@ -32,14 +32,6 @@ HOLD_SECONDS = 8    # how long holders hold and storms rage while reclaim runs
 SETTLE = 60         # seconds allowed for the true leaks to go once the holders are gone (a fast agent: ~3)
 LEAKS = 1600        # true leaks, reopened by the storms
 VICTIMS = 200       # true leaks the rename storm replaces with held files (atomic replace)
-
-
-@pytest.fixture
-def shm(tmp_path, root_and_runc):
-    require(HOLDERS.exists(), f"holders not built at {HOLDERS}")
-    fs = Tmpfs(tmp_path / "shm")
-    yield fs.path
-    fs.stop()
 
 
 def survivors(shm, rng):

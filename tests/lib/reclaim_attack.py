@@ -230,3 +230,27 @@ def wait_reclaimable(sock, paths, timeout=20):
             return False
         return want <= {l.get("path") for l in json.loads(p.stdout).get("leaks", []) if l.get("reclaimable")}
     wait_for(listed, timeout=timeout, what=f"{sorted(want)} listed as reclaimable leaks")
+
+
+# A user of `path` every PERIOD seconds for SECONDS (argv): open, write and
+# read 64 bytes, close; prints uses= and enoent= (opens that found no file).
+# Run as `python3 -c INTERMITTENT_USER path period seconds`.
+INTERMITTENT_USER = r"""
+import os, sys, time
+path, period, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+enoent = uses = 0
+end = time.time() + seconds
+while time.time() < end:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        enoent += 1
+    else:
+        os.pwrite(fd, b"x" * 64, 0)
+        os.pread(fd, 64, 0)
+        time.sleep(0.005)
+        os.close(fd)
+        uses += 1
+    time.sleep(period)
+print(f"uses={uses} enoent={enoent}", flush=True)
+"""
