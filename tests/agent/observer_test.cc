@@ -399,49 +399,53 @@ TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk
   EXPECT_FALSE(after.held);
 }
 
-// Files whose holders only a walk can name cost one walk per interval
-// together, not one each: the first is walked at once, the next two wait
-// (held, holders pending) and one walk names both.
-TEST_F(ObserverMarksTest, HolderWalksAreBatchedAtMostOnePerInterval) {
-  constexpr auto kEvery = std::chrono::milliseconds(300);
+// Files whose holders only a walk can name: one walk names the holders of
+// every file on the tmpfs (the rest of the scan needs none), and walks are
+// batched at most one per interval: a file met after the walk's findings
+// are stale (2 s) and before the interval waits (held, holders pending) for
+// the next walk, which names it.
+TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
+  constexpr auto kEvery = std::chrono::seconds(4);
   StartObserver(std::nullopt, /*disarm_creates=*/true, kEvery);
-  std::vector<std::string> names = {"first", "second", "third"};
+  std::vector<std::string> names = {"first", "second", "third", "late"};
   std::vector<FileKey> keys;
   for (const std::string& n : names) keys.push_back(Make(n));
   FileKey idle = Make("idle");
   observer_->Drain();
   std::vector<pid_t> readers;
-  for (const std::string& n : names) {
+  auto spawn_reader = [&](const std::string& n) {
     std::string path = dir_ + "/" + n;
     readers.push_back(Spawn([path] {
       if (::open(path.c_str(), O_RDONLY) < 0) ::_exit(1);
     }));
-  }
+  };
+  for (size_t i = 0; i < 3; ++i) spawn_reader(names[i]);
   auto start = std::chrono::steady_clock::now();
-  Observer::Use first = observer_->Check(dir_fd_, names[0], keys[0]);
-  EXPECT_EQ(first.pids, std::vector<pid_t>{readers[0]});
-  EXPECT_FALSE(first.holders_pending);
-  for (size_t i = 1; i < names.size(); ++i) {
+  for (size_t i = 0; i < 3; ++i) {
     Observer::Use u = observer_->Check(dir_fd_, names[i], keys[i]);
-    EXPECT_TRUE(u.held) << names[i];
-    if (std::chrono::steady_clock::now() - start >= kEvery) GTEST_SKIP() << "too slow to see the interval";
-    EXPECT_TRUE(u.holders_pending) << names[i];
-    EXPECT_TRUE(u.pids.empty()) << names[i];
+    EXPECT_EQ(u.pids, std::vector<pid_t>{readers[i]}) << names[i];
+    EXPECT_FALSE(u.holders_pending) << names[i];
   }
+  EXPECT_EQ(observer_->counters().holder_walks, 1) << "one walk named all three";
+  // Past the walk's 2 s, within the interval: "late" waits for the next walk.
+  spawn_reader(names[3]);
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2100)) std::this_thread::yield();
+  Observer::Use late = observer_->Check(dir_fd_, names[3], keys[3]);
+  EXPECT_TRUE(late.held);
+  if (std::chrono::steady_clock::now() - start >= kEvery) GTEST_SKIP() << "too slow to see the interval";
+  EXPECT_TRUE(late.holders_pending);
+  EXPECT_TRUE(late.pids.empty());
   EXPECT_EQ(observer_->counters().holder_walks, 1);
-  // Any Check once the interval has passed runs the one walk for both.
+  // Any Check once the interval has passed runs the next walk.
   auto deadline = start + std::chrono::seconds(30);
   while (observer_->counters().holder_walks < 2 && std::chrono::steady_clock::now() < deadline) {
     (void)observer_->Check(dir_fd_, "idle", idle);
     std::this_thread::yield();
   }
   EXPECT_EQ(observer_->counters().holder_walks, 2);
-  for (size_t i = 1; i < names.size(); ++i) {
-    Observer::Use u = observer_->Check(dir_fd_, names[i], keys[i]);
-    EXPECT_EQ(u.pids, std::vector<pid_t>{readers[i]}) << names[i];
-    EXPECT_FALSE(u.holders_pending) << names[i];
-  }
-  EXPECT_EQ(observer_->counters().holder_walks, 2);
+  late = observer_->Check(dir_fd_, names[3], keys[3]);
+  EXPECT_EQ(late.pids, std::vector<pid_t>{readers[3]});
+  EXPECT_FALSE(late.holders_pending);
 }
 
 TEST_F(ObserverMarksTest, CloseAfterWritingAProbedFileChangesLayout) {

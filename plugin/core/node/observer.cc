@@ -19,6 +19,9 @@ namespace {
 constexpr size_t kMaxPids = 8;
 constexpr size_t kBatch = 4096;     // events applied at once (after one look at who else probes)
 constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
+// How long a holder walk's findings name the holders of other files on the
+// same tmpfs (those a scan probes right after): long enough for one scan.
+constexpr auto kWalkReuse = std::chrono::seconds(2);
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 // FAN_ATTRIB: a marked file's link count (its unlink), mode, owner or times.
 constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB;
@@ -286,6 +289,12 @@ std::vector<pid_t> Observer::Holders(const FileKey& key) {
 std::optional<std::vector<pid_t>> Observer::WalkHolders(const FileKey& key) {
   {
     MutexLock l(&mu_);
+    // A walk of this tmpfs a moment ago (this scan, most often) already
+    // knows every process that held a file there.
+    if (walked_at_ && walked_devs_.count(key.dev) && Clock::now() - *walked_at_ < kWalkReuse) {
+      auto it = walked_.find(key);
+      return it == walked_.end() ? std::vector<pid_t>{} : it->second;
+    }
     pending_walk_.insert(key);
     if (last_walk_ && Clock::now() - *last_walk_ < opts_.holder_walk_every) return std::nullopt;
   }
@@ -312,13 +321,20 @@ std::map<FileKey, std::vector<pid_t>> Observer::RunWalk() {
   }
   std::map<FileKey, std::vector<pid_t>> found;
   if (keys.empty()) return found;
-  for (const auto& [key, refs] : ScanHolders(keys, opts_.proc)) {
+  // The holders of every file on those tmpfs (the same walk as for `keys`
+  // alone): files of the same scan found held next need no walk of their own.
+  std::set<dev_t> devs;
+  for (const FileKey& k : keys) devs.insert(k.dev);
+  for (const auto& [key, refs] : ScanProcesses(devs, opts_.proc).holders) {
     std::vector<pid_t>& pids = found[key];
     for (const HolderRef& r : refs) {
       if (std::find(pids.begin(), pids.end(), r.pid) == pids.end()) pids.push_back(r.pid);
     }
   }
   MutexLock l(&mu_);
+  walked_at_ = Clock::now();
+  walked_devs_ = devs;
+  walked_ = found;
   for (const FileKey& key : keys) {
     auto it = inodes_.find(key);
     if (it == inodes_.end()) continue;

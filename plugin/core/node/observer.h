@@ -50,10 +50,12 @@
 // confirm holding it (ProcessHolds): the pids its events named, else the
 // recent creators of files on that tmpfs (a FAN_CREATE names its process),
 // else, when a second probe still says held, a walk of /proc (a holder that
-// opened it before its mark and created nothing there). Such walks are
-// batched: at most one per holder_walk_every, for every file waiting for one
-// (Use::holders_pending meanwhile: held, holders not yet named), so a
-// workload that keeps making them costs one walk per interval, not per file.
+// opened it before its mark and created nothing there). A walk names the
+// holders of every file on the tmpfs it covers, reused for 2 s (the rest of
+// that scan needs no walk), and walks are batched: at most one per
+// holder_walk_every, for every file waiting for one (Use::holders_pending
+// meanwhile: held, holders not yet named), so a workload that keeps making
+// them costs one walk per interval, not per file.
 //
 // The probe's blind spot is an O_PATH-only holder: it can neither read nor
 // map the file, and the walks that remain (reclaim's final check, the slow
@@ -301,6 +303,11 @@ class Observer {
   std::map<dev_t, std::vector<pid_t>> creators_ SHMK_GUARDED_BY(mu_);  // recent FAN_CREATE/MOVED_TO pids
   std::set<FileKey> pending_walk_ SHMK_GUARDED_BY(mu_);                // files waiting for the holder walk
   std::optional<Clock::time_point> last_walk_ SHMK_GUARDED_BY(mu_);    // the last holder walk
+  // What the last holder walk found: every holder of every file on the tmpfs
+  // it covered, reused for a moment (observer.cc, kWalkReuse).
+  std::optional<Clock::time_point> walked_at_ SHMK_GUARDED_BY(mu_);
+  std::set<dev_t> walked_devs_ SHMK_GUARDED_BY(mu_);
+  std::map<FileKey, std::vector<pid_t>> walked_ SHMK_GUARDED_BY(mu_);
   std::map<dev_t, Clock::time_point> dev_floor_ SHMK_GUARDED_BY(mu_);  // undecodable events per device
   std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
   std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow
