@@ -47,6 +47,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,10 @@ class ObserverMarksTest : public ::testing::Test {
     opts.max_inode_marks = max_marks;
     opts.disarm_creates = disarm_creates;
     opts.holder_walk_every = holder_walk_every;
+    opts.clock = clock_;
+    opts.mark_fault = [this](dev_t) {
+      return mark_faults_-- > 0 ? Status::FromErrno(ENOSPC, "fanotify_mark") : Status::Ok();
+    };
     observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, opts);
     Status s = observer_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -230,6 +235,10 @@ class ObserverMarksTest : public ::testing::Test {
     return sf.f_blocks - sf.f_bfree;
   }
 
+  // The observer's clock when set (StartObserver): tests advance it.
+  std::function<std::chrono::steady_clock::time_point()> clock_;
+  // The observer's next filesystem marks or re-arms that fail (its seam).
+  int mark_faults_ = 0;
   test::TempDir tmp_{"/tmp/shmk-observer-"};
   std::string dir_;
   int dir_fd_ = -1;
@@ -405,6 +414,9 @@ TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk
 // are stale (2 s) and before the interval waits (held, holders pending) for
 // the next walk, which names it.
 TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
+  // On the observer's clock, advanced by the test: nothing waits on time.
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  clock_ = [now] { return *now; };
   constexpr auto kEvery = std::chrono::seconds(4);
   StartObserver(std::nullopt, /*disarm_creates=*/true, kEvery);
   std::vector<std::string> names = {"first", "second", "third", "late"};
@@ -420,7 +432,6 @@ TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
     }));
   };
   for (size_t i = 0; i < 3; ++i) spawn_reader(names[i]);
-  auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < 3; ++i) {
     Observer::Use u = observer_->Check(dir_fd_, names[i], keys[i]);
     EXPECT_EQ(u.pids, std::vector<pid_t>{readers[i]}) << names[i];
@@ -429,19 +440,19 @@ TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
   EXPECT_EQ(observer_->counters().holder_walks, 1) << "one walk named all three";
   // Past the walk's 2 s, within the interval: "late" waits for the next walk.
   spawn_reader(names[3]);
-  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2100)) std::this_thread::yield();
+  *now += std::chrono::milliseconds(2100);
   Observer::Use late = observer_->Check(dir_fd_, names[3], keys[3]);
   EXPECT_TRUE(late.held);
-  if (std::chrono::steady_clock::now() - start >= kEvery) GTEST_SKIP() << "too slow to see the interval";
   EXPECT_TRUE(late.holders_pending);
   EXPECT_TRUE(late.pids.empty());
   EXPECT_EQ(observer_->counters().holder_walks, 1);
+  // Still within the interval: no walk.
+  *now += std::chrono::milliseconds(1800);
+  (void)observer_->Check(dir_fd_, "idle", idle);
+  EXPECT_EQ(observer_->counters().holder_walks, 1);
   // Any Check once the interval has passed runs the next walk.
-  auto deadline = start + std::chrono::seconds(30);
-  while (observer_->counters().holder_walks < 2 && std::chrono::steady_clock::now() < deadline) {
-    (void)observer_->Check(dir_fd_, "idle", idle);
-    std::this_thread::yield();
-  }
+  *now += std::chrono::milliseconds(200);
+  (void)observer_->Check(dir_fd_, "idle", idle);
   EXPECT_EQ(observer_->counters().holder_walks, 2);
   late = observer_->Check(dir_fd_, names[3], keys[3]);
   EXPECT_EQ(late.pids, std::vector<pid_t>{readers[3]});
@@ -594,10 +605,12 @@ TEST_F(ObserverMarksTest, AFailedReArmListsEveryScanUntilOneSucceeds) {
   CreateOneByOne(1, "first");
   ASSERT_EQ(observer_->counters().disarms, 1);
   ASSERT_TRUE(observer_->Layout(dev_).has_value());
-  // A re-arm through a bad descriptor fails: reported once, no Layout (the
-  // scan lists that tmpfs every time instead of reusing a listing).
-  ASSERT_TRUE(observer_->Watch(-1, dev_));
-  ASSERT_TRUE(observer_->Watch(-1, dev_));
+  // Two re-arms fail (the kernel's error, through the seam): reported once,
+  // no Layout (the scan lists that tmpfs every time instead of reusing a
+  // listing).
+  mark_faults_ = 2;
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));
   EXPECT_FALSE(observer_->Layout(dev_).has_value());
   EXPECT_EQ(reporter_.Count(kObserverMarkErrors), 1);
   ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));

@@ -16,6 +16,7 @@
 #include "base/json.h"
 #include "base/proc_args.h"
 #include "base/safe_path.h"
+#include "scan/fs_identity.h"
 
 namespace shmkeeper {
 
@@ -27,7 +28,9 @@ bool CreatorRecord::Alive(const std::string& proc) const {
 Status CreatorBook::Record(const FileKey& key, CreatorRecord rec, const std::string& proc) {
   MutexLock l(&mu_);
   auto it = records_.find(key);
-  if (it != records_.end() && it->second.Alive(proc) &&
+  // A record of another superblock's file at the same numbers is no
+  // creator of this one: replaced whether that process runs or not.
+  if (it != records_.end() && it->second.fsid == rec.fsid && it->second.Alive(proc) &&
       !(it->second.host_pid == rec.host_pid && it->second.start_ticks == rec.start_ticks)) {
     return Status::Precondition("the file's creator (pid " + std::to_string(it->second.host_pid) + ") still runs");
   }
@@ -35,10 +38,10 @@ Status CreatorBook::Record(const FileKey& key, CreatorRecord rec, const std::str
   return Status::Ok();
 }
 
-std::optional<CreatorRecord> CreatorBook::Find(const FileKey& key) const {
+std::optional<CreatorRecord> CreatorBook::Find(const FileKey& key, uint64_t fsid) const {
   MutexLock l(&mu_);
   auto it = records_.find(key);
-  if (it == records_.end()) return std::nullopt;
+  if (it == records_.end() || it->second.fsid != fsid) return std::nullopt;
   return it->second;
 }
 
@@ -198,7 +201,10 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
     dir_fd = parent.get();
   }
   if (::fstat(dir_fd, &dir) != 0) return Reject(ClaimRejection::kNoFile, why, Status::FromErrno(errno, "stat"));
+  Result<uint64_t> fsid = FilesystemId(file->get());
+  if (!fsid.ok()) return Reject(ClaimRejection::kNoFile, why, fsid.status());
   VerifiedClaim claim{FileKey{st.st_dev, st.st_ino}, {}};
+  claim.record.fsid = *fsid;
   if (!(named_fd >= 0 && HoldsAt(sender.pid, static_cast<int>(named_fd), claim.key, proc)) &&
       !ProcessHolds(sender.pid, claim.key, proc)) {
     return Reject(ClaimRejection::kNotHolder, why, Status::Precondition("the sender does not hold " + path));

@@ -40,6 +40,9 @@ struct CreatorRecord {
   uint64_t start_ticks = 0;  // its start time: a reused pid is another process
   pid_t ns_pid = 0;          // the same process in its own pid namespace
   std::string command;
+  // The superblock of the file it created (scan/fs_identity.h): device and
+  // inode numbers are reused by later tmpfs, this never is.
+  uint64_t fsid = 0;
 
   // Whether that very process still runs.
   bool Alive(const std::string& proc = "/proc") const;
@@ -50,7 +53,9 @@ class CreatorBook {
   // Records `rec` unless the file already has a record whose creator is alive
   // (then kFailedPrecondition).
   Status Record(const FileKey& key, CreatorRecord rec, const std::string& proc = "/proc");
-  std::optional<CreatorRecord> Find(const FileKey& key) const;
+  // The record of `key` on the superblock `fsid` (none for a record of an
+  // earlier filesystem that had the same device and inode numbers).
+  std::optional<CreatorRecord> Find(const FileKey& key, uint64_t fsid) const;
   // Drops records of files no longer present.
   void Retain(const std::set<FileKey>& live);
   size_t size() const;

@@ -115,6 +115,8 @@ class Agent {
   // for use. Null (the default): every other process's opens are use.
   // REQUIRES: called before Start().
   void SetProbers(std::shared_ptr<ProberRegistry> probers) { probers_ = std::move(probers); }
+  // The observer's options (tests: its seams). REQUIRES: called before Start().
+  void SetObserverOptions(ObserverOptions opts) { observer_opts_ = std::move(opts); }
 
   // Starts the observer (fanotify; agent.observer), the scan loop (the first
   // scan, a walk of /proc, runs before Start returns), the event socket
@@ -243,6 +245,7 @@ class Agent {
   std::unique_ptr<ChangeWatcher> watcher_;
   std::shared_ptr<ProberRegistry> probers_;  // SetProbers
   std::unique_ptr<Observer> observer_;       // null in scan mode
+  ObserverOptions observer_opts_;            // set before Start
 };
 
 }  // namespace shmkeeper

@@ -48,7 +48,9 @@
 // CAP_SYS_ADMIN in the initial user namespace.
 //
 // Thread-safety: Mark/Unmark and Read may run on different threads (the
-// group's fd is immutable; the fsid table is guarded).
+// group's fd is immutable; the fsid table is guarded). Read decodes events
+// under that lock and calls its callback after releasing it: a callback may
+// take any lock, and call Mark or Forget.
 #pragma once
 
 #include <sys/types.h>

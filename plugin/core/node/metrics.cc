@@ -133,13 +133,25 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
        "Creates that disarmed their tmpfs's create events until the next scan re-armed them (one create event "
        "per scan per tmpfs).");
   o << "shmkeeper_observer_create_disarms_total " << oc.disarms << "\n";
+  help("shmkeeper_observer_superblock_changes_total", "counter",
+       "Watched device numbers found on a new tmpfs (the kernel reused the number of one that went): everything "
+       "known under the number was dropped and the new tmpfs marked afresh.");
+  o << "shmkeeper_observer_superblock_changes_total " << oc.superblock_changes << "\n";
+  help("shmkeeper_observer_unmarked_filesystems", "gauge",
+       "Pod tmpfs whose filesystem mark failed at the last try (retried every scan; their files are kept, "
+       "shmkeeper_node_segments_kept{reason=\"unobserved\"}).");
+  o << "shmkeeper_observer_unmarked_filesystems " << oc.unmarked << "\n";
+  help("shmkeeper_observer_mark_retries_total", "counter",
+       "Filesystem marks that succeeded at a later scan after one failed.");
+  o << "shmkeeper_observer_mark_retries_total " << oc.mark_retries << "\n";
   help("shmkeeper_observer_audit_disagreements_total", "counter",
        "Files where the slow audit's walk of /proc disagreed with the observer: missed_event (the event-derived "
        "verdict was wrong), walk_only (a holder only /proc shows, e.g. an O_PATH descriptor).");
   o << "shmkeeper_observer_audit_disagreements_total{kind=\"missed_event\"} " << rep.Count(kAuditMissedEvent) << "\n";
   o << "shmkeeper_observer_audit_disagreements_total{kind=\"walk_only\"} " << rep.Count(kAuditWalkOnly) << "\n";
   help("shmkeeper_observer_errors_total", "counter",
-       "Observer failures the agent survives: a tmpfs that cannot be marked (its holders are walked for), a lease "
+       "Observer failures the agent survives: a tmpfs that cannot be marked (its files are kept; retried every "
+       "scan), a lease "
        "probe that fails (the file is kept as held), the prober registry that cannot be read (other agents' probes "
        "count as use).");
   o << "shmkeeper_observer_errors_total{kind=\"mark\"} " << rep.Count(kObserverMarkErrors) << "\n";
@@ -169,8 +181,10 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   o << "shmkeeper_node_unheld_bytes " << snap->unheld_bytes << "\n";
   help("shmkeeper_node_segments_kept", "gauge",
        "Segments no process holds that the last scan did not call leaked, by reason: a mount or loop device holds "
-       "it, the pid in its name runs in another pid namespace reaching its tmpfs, or those namespaces are unknown.");
-  for (const char* r : {"mount", "loop_device", "lease", "creator_in_other_pid_ns", "pid_namespaces_unknown"}) {
+       "it, the pid in its name runs in another pid namespace reaching its tmpfs, or those namespaces are unknown, "
+       "or its tmpfs is not observed yet (unobserved).");
+  for (const char* r :
+       {"mount", "loop_device", "lease", "creator_in_other_pid_ns", "pid_namespaces_unknown", "unobserved"}) {
     auto it = snap->kept_by_reason.find(r);
     o << "shmkeeper_node_segments_kept{reason=\"" << r << "\"} " << (it == snap->kept_by_reason.end() ? 0 : it->second)
       << "\n";

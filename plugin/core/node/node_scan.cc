@@ -15,6 +15,8 @@
 #include "base/fileutil.h"
 #include "base/safe_path.h"
 #include "node/quarantine.h"
+#include "scan/fs_identity.h"
+#include "scan/lease_probe.h"
 #include "scan/memcg.h"
 #include "scan/shm_dir.h"
 
@@ -159,10 +161,12 @@ namespace {
 // Adds an unheld segment to its pod and the snapshot, with its verdict:
 // leaked needs evidence (a creator source), that creator dead, and
 // leaks.grace over since the agent first saw it unheld; else unheld.
+// `grace`: none when the file cannot be judged (kept unheld whatever the evidence).
 void FinishLeak(LeakRecord l, PodRecord* p, SteadyClock::time_point now, SteadyClock::time_point first_unheld,
-                std::chrono::seconds grace, NodeSnapshot* snap) {
+                std::optional<std::chrono::seconds> grace, NodeSnapshot* snap) {
   l.pod = p->key;
-  bool past_grace = now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(grace);
+  l.fsid = p->shm_fsid;
+  bool past_grace = grace && now - first_unheld >= std::chrono::duration_cast<SteadyClock::duration>(*grace);
   l.state = !l.creator_source.empty() && l.creator_dead && past_grace ? LeakState::kLeaked : LeakState::kUnheld;
   l.unheld_for_sec = std::chrono::duration<double>(now - first_unheld).count();
   l.reclaimable = l.state == LeakState::kLeaked;
@@ -292,6 +296,20 @@ const ProcTable& Scanner::ProcView::Procs() {
   return table;
 }
 
+void Scanner::NoteSuperblock(dev_t dev, uint64_t fsid) {
+  auto [it, fresh] = superblocks_.try_emplace(dev, fsid);
+  if (fresh || it->second == fsid) return;
+  it->second = fsid;
+  ForgetFilesystem(dev);
+}
+
+void Scanner::ForgetFilesystem(dev_t dev) {
+  std::erase_if(mem_.files, [dev](const auto& kv) { return kv.first.dev == dev; });
+  std::erase_if(mem_.lease_refused, [dev](const FileKey& k) { return k.dev == dev; });
+  listings_.erase(dev);
+  recent_refs_.reset();  // mounts and pid namespaces found for the old one
+}
+
 Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk) {
   std::optional<uint64_t> watched = opts_.observer ? opts_.observer->Layout(dev) : std::nullopt;
   struct statfs sf;
@@ -343,8 +361,11 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     Result<UniqueFd> fd = OpenPodShm(p, opts_.proc);
     struct stat st;
     if (!fd.ok() || ::fstat(fd->get(), &st) != 0) continue;
+    Result<uint64_t> fsid = FilesystemId(fd->get());
     (*fds)[i] = std::move(*fd);
     p.shm_dev = st.st_dev;
+    p.shm_fsid = fsid.ok() ? *fsid : 0;
+    NoteSuperblock(p.shm_dev, p.shm_fsid);
     p.shares_host_shm = p.host_dir.empty() && p.shm_dev == host_dev;
     // Marked before its files are read: no use after this point is missed.
     bool marked_now = false;
@@ -408,17 +429,14 @@ std::set<ino_t> ReachingPidNamespaces(const PodRecord& p, const ProcTable& table
 namespace {
 
 // Whether a write lease on the pod's file `rel` (inode `key`) is still
-// refused: a probe that opens it read-only, below the pod's shm root without
-// following symlinks, and lets go at once. True on any doubt.
+// refused: the one lease probe (scan/lease_probe.h: below the pod's shm root
+// without following symlinks, SIGCONT as its break signal, let go at once).
+// True on any doubt.
 bool LeaseStillRefused(const PodRecord& p, const std::string& rel, const FileKey& key, const std::string& proc) {
   Result<UniqueFd> root = OpenPodShm(p, proc);
   if (!root.ok()) return true;
-  Result<UniqueFd> file = OpenNoSymlinks(root->get(), rel, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-  struct stat st;
-  if (!file.ok() || ::fstat(file->get(), &st) != 0 || st.st_dev != key.dev || st.st_ino != key.ino) return true;
-  if (::fcntl(file->get(), F_SETLEASE, F_WRLCK) != 0) return true;
-  (void)::fcntl(file->get(), F_SETLEASE, F_UNLCK);
-  return false;
+  Result<ProbeVerdict> v = ProbeLease(root->get(), rel, key);
+  return !v.ok() || *v != ProbeVerdict::kUnheld;
 }
 
 }  // namespace
@@ -450,6 +468,9 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
                         const Clock& clock, HeldFiles* held_files, NodeSnapshot* snap) {
   const ProcTable& table = view->table;
   Observer* observer = opts_.observer && dir_fd >= 0 && opts_.observer->Watching(p->shm_dev) ? opts_.observer : nullptr;
+  // Observing, but this tmpfs is not marked (yet): a sample of /proc cannot
+  // tell use between scans, so its files are kept until a scan marks it.
+  bool unobserved = opts_.observer && dir_fd >= 0 && !observer;
   bool walked_dev = walked || !observer;  // the walk covered this filesystem
   if (observer) SeedHolders(p->shm_dev, d, table, walked);
   std::set<ino_t> reaching;
@@ -498,7 +519,7 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
     // once per scan, on the first such file that creator evidence could
     // make leaked; recent ones for a file that can only be unheld).
     NameHint hint = CreatorHintFromName(f.path);
-    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key) : std::nullopt;
+    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key, p->shm_fsid) : std::nullopt;
     const NodeRefs& refs = rec || hint.pid ? view->Refs() : RecentRefs(view);
     if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
       snap->kept_by_reason[kernel.front().kind == FileRef::kMount ? "mount" : "loop_device"]++;
@@ -554,7 +575,8 @@ void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* vie
     l.last_holder_pid = h.last_holder_pid;
     l.last_holder_command = h.last_holder_command;
     l.key = f.key;
-    FinishLeak(std::move(l), p, clock.now, since, opts_.grace, snap);
+    if (unobserved) snap->kept_by_reason["unobserved"]++;
+    FinishLeak(std::move(l), p, clock.now, since, unobserved ? std::nullopt : std::optional(opts_.grace), snap);
   }
 }
 
@@ -746,6 +768,9 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     opts_.observer->Retain(devs, mem_.seen_files);
     std::erase_if(listings_, [&](const auto& kv) { return !devs.count(kv.first); });
   }
+  std::erase_if(superblocks_, [&](const auto& kv) {
+    return std::none_of(snap.pods.begin(), snap.pods.end(), [&](const PodRecord& p) { return p.shm_dev == kv.first; });
+  });
   snap.scans = ++scans_;
   if (walk) ++walks_;
   snap.walked = walk;

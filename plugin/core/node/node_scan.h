@@ -95,6 +95,9 @@ struct PodRecord {
   std::string host_dir;             // kHost: the watched directory
   std::string shm_host_source;      // the host tmpfs bound at the pod's /dev/shm, when the spec says so
   dev_t shm_dev = 0;
+  // The identity of the superblock at shm_dev (scan/fs_identity.h; 0 =
+  // unknown): a device number is reused by later tmpfs, this never is.
+  uint64_t shm_fsid = 0;
   bool shares_host_shm = false;
   bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
 };
@@ -117,6 +120,7 @@ struct LeakRecord {
   bool reclaimable = false;
   // removal handles
   FileKey key;
+  uint64_t fsid = 0;  // the superblock `key` is on (PodRecord::shm_fsid): removal requires it still
   pid_t access_pid = 0;
   std::string host_dir;
   // The host tmpfs behind the pod's /dev/shm: removal goes through it when the
@@ -138,7 +142,9 @@ struct NodeSnapshot {
   // mount, loop_device (held by a kernel reference), creator_in_other_pid_ns
   // (the name's pid runs in another pid namespace that reaches the tmpfs),
   // pid_namespaces_unknown (not every such namespace could be read), lease
-  // (a reclaim's lease was refused and is still: a kernel reference).
+  // (a reclaim's lease was refused and is still: a kernel reference),
+  // unobserved (the observer could not mark the tmpfs yet: retried every
+  // scan, its files kept meanwhile).
   std::map<std::string, int64_t> kept_by_reason;
   std::vector<PodRecord> pods;
   std::vector<LeakRecord> leaks;
@@ -315,6 +321,15 @@ class Scanner {
     ShmDir dir;
   };
   std::map<dev_t, Listing> listings_;
+  // The superblock (fsid) each pod tmpfs's device number was last seen on.
+  // When a number comes back on another superblock, every fact the scanner
+  // keeps under it (files' histories, refused leases, the listing, the
+  // recent references) is another filesystem's and is dropped
+  // (ForgetFilesystem); the observer and the creator book check the same
+  // identity themselves.
+  std::map<dev_t, uint64_t> superblocks_;
+  void NoteSuperblock(dev_t dev, uint64_t fsid);
+  void ForgetFilesystem(dev_t dev);
   // What the scanner remembers of files and SysV segments between scans,
   // and the one rule that keeps it consistent:
   //  1. Begin() (start of Scan) forgets what the previous scan met;

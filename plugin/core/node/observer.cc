@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <fstream>
 
+#include "scan/fs_identity.h"
 #include "scan/lease_probe.h"
 
 namespace shmkeeper {
@@ -35,12 +36,16 @@ std::string PidList(const std::set<pid_t>& pids) {
 }
 
 // Half of fs.fanotify.max_user_marks (shared by root's fanotify groups on the
-// node); -1 (unlimited: the kernel's ENOSPC still stops us) when unreadable.
+// node, two agents included) less room for filesystem marks: the inode marks
+// of two agents never take the marks a new pod's tmpfs needs (a quarter of
+// the limit, at most 1,024 tmpfs); -1 (unlimited: the kernel's ENOSPC still
+// stops us) when unreadable.
 int64_t DefaultMarkBudget() {
   std::ifstream in("/proc/sys/fs/fanotify/max_user_marks");
   int64_t n = 0;
   if (!(in >> n) || n <= 0) return -1;
-  return n / 2;
+  constexpr int64_t kFilesystemMarks = 1024;
+  return std::max<int64_t>(0, n / 2 - std::min(kFilesystemMarks, n / 4));
 }
 
 void Remember(std::vector<pid_t>* pids, pid_t pid, size_t max) {
@@ -83,30 +88,78 @@ Status Observer::Start() {
 
 bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now, Reopen reopen) {
   if (marked_now) *marked_now = false;
+  Result<uint64_t> fsid = FilesystemId(dir_fd);
+  std::optional<uint64_t> known;
+  {
+    MutexLock l(&mu_);
+    if (auto it = watched_.find(dev); it != watched_.end()) known = it->second;
+  }
+  // The same number on another superblock (a new pod's tmpfs), or one whose
+  // identity cannot be read: nothing known under the number is about it.
+  if (known && (!fsid.ok() || *known != *fsid)) ForgetSuperblock(dev);
   {
     MutexLock l(&mu_);
     if (reopen) reopen_[dev] = std::move(reopen);  // the newest way in (a pod's access pid may change)
-    if (failed_.count(dev)) return false;
   }
-  if (Watching(dev)) {
+  if (known && fsid.ok() && *known == *fsid) {
     Rearm(dir_fd, dev);  // before the caller lists the directory
     return true;
   }
-  Status s = fan_ ? fan_->Mark(dir_fd, dev) : Status::Precondition("observer not started");
+  Status s = !fan_              ? Status::Precondition("observer not started")
+             : !fsid.ok()       ? fsid.status()
+             : opts_.mark_fault ? opts_.mark_fault(dev)
+                                : Status::Ok();
+  if (s.ok()) s = fan_->Mark(dir_fd, dev);
   MutexLock l(&mu_);
   if (s.ok()) {
-    watched_.insert(dev);
+    watched_[dev] = *fsid;
     disarmed_.erase(dev);
     layout_[dev]++;  // a new mark: nothing measured before it counts
+    if (unmarked_.erase(dev)) counters_.mark_retries++;
     if (marked_now) *marked_now = true;
     return true;
   }
-  failed_.insert(dev);
+  // Never a mode: the next Watch tries again; meanwhile its files are kept.
+  unmarked_[dev] = fsid.ok() ? *fsid : 0;
+  counters_.mark_failures++;
   if (reporter_) {
     reporter_->Report(kObserverMarkErrors, "cannot observe the tmpfs of device " + std::to_string(dev) +
-                                               " (its holders are found by walking /proc): " + s.message());
+                                               " (its files are kept until a later scan marks it): " + s.message());
   }
   return false;
+}
+
+void Observer::ForgetSuperblock(dev_t dev) {
+  // No batch of events is being applied meanwhile, and none read after this
+  // names `dev` until the new superblock is marked.
+  MutexLock one(&drain_mu_);
+  if (fan_) fan_->Forget(dev);
+  MutexLock l(&mu_);
+  ForgetDeviceLocked(dev);
+  layout_[dev]++;  // never the value a listing of the old superblock was cached under
+  counters_.superblock_changes++;
+}
+
+void Observer::ForgetDeviceLocked(dev_t dev) {
+  watched_.erase(dev);
+  unmarked_.erase(dev);
+  dev_floor_.erase(dev);
+  all_uses_.erase(dev);
+  disarmed_.erase(dev);
+  arm_failed_.erase(dev);
+  reopen_.erase(dev);
+  to_disarm_.erase(dev);
+  creators_.erase(dev);
+  walked_devs_.erase(dev);
+  std::erase_if(walked_, [dev](const auto& kv) { return kv.first.dev == dev; });
+  std::erase_if(pending_walk_, [dev](const FileKey& k) { return k.dev == dev; });
+  int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
+  std::erase_if(inodes_, [&](const auto& kv) {
+    if (kv.first.dev != dev) return false;
+    if (kv.second.marked) unmarked++;
+    return true;
+  });
+  counters_.inode_marks -= unmarked;
 }
 
 void Observer::Rearm(int dir_fd, dev_t dev) {
@@ -115,7 +168,8 @@ void Observer::Rearm(int dir_fd, dev_t dev) {
     MutexLock l(&mu_);
     if (!disarmed_.count(dev)) return;
   }
-  Status s = fan_->Creates(dir_fd, true);
+  Status s = opts_.mark_fault ? opts_.mark_fault(dev) : Status::Ok();
+  if (s.ok()) s = fan_->Creates(dir_fd, true);
   MutexLock l(&mu_);
   layout_[dev]++;  // creates while disarmed were no events: the listing cache must not be reused
   if (s.ok()) {
@@ -140,13 +194,17 @@ void Observer::Disarm(dev_t dev) {
   }
   Result<UniqueFd> fd = reopen();
   struct stat st;
-  // Not that tmpfs any more (its pod's process gone, the pid reused): keep
-  // the creates armed (an event each, nothing missed).
+  // Not that tmpfs any more (its pod's process gone, the pid reused, a new
+  // superblock on the number): keep the creates armed (an event each,
+  // nothing missed).
   if (!fd.ok() || ::fstat(fd->get(), &st) != 0 || st.st_dev != dev) return;
+  Result<uint64_t> fsid = FilesystemId(fd->get());
+  if (!fsid.ok()) return;
   MutexLock a(&arm_mu_);
   {
     MutexLock l(&mu_);
-    if (!watched_.count(dev) || disarmed_.count(dev)) return;
+    auto w = watched_.find(dev);
+    if (w == watched_.end() || w->second != *fsid || disarmed_.count(dev)) return;
   }
   if (!fan_->Creates(fd->get(), false).ok()) return;  // still armed: an event per create, nothing missed
   MutexLock l(&mu_);
@@ -181,18 +239,24 @@ void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live
   std::vector<dev_t> gone;
   {
     MutexLock l(&mu_);
-    for (dev_t d : watched_) {
+    for (const auto& [d, _] : watched_) {
       if (!devs.count(d)) gone.push_back(d);
     }
-    for (dev_t d : gone) watched_.erase(d);
-    std::erase_if(failed_, [&](dev_t d) { return !devs.count(d); });
-    std::erase_if(dev_floor_, [&](const auto& kv) { return !devs.count(kv.first); });
-    std::erase_if(layout_, [&](const auto& kv) { return !devs.count(kv.first); });
-    std::erase_if(all_uses_, [&](dev_t d) { return !devs.count(d); });
-    std::erase_if(disarmed_, [&](dev_t d) { return !devs.count(d); });
-    std::erase_if(arm_failed_, [&](dev_t d) { return !devs.count(d); });
-    std::erase_if(reopen_, [&](const auto& kv) { return !devs.count(kv.first); });
-    std::erase_if(creators_, [&](const auto& kv) { return !devs.count(kv.first); });
+    std::set<dev_t> known;  // every device some fact is kept under
+    for (const auto& [d, _] : unmarked_) known.insert(d);
+    for (const auto& [d, _] : layout_) known.insert(d);
+    for (const auto& [d, _] : reopen_) known.insert(d);
+    for (const auto& [d, _] : creators_) known.insert(d);
+    for (const auto& [d, _] : dev_floor_) known.insert(d);
+    known.insert(gone.begin(), gone.end());
+    known.insert(all_uses_.begin(), all_uses_.end());
+    known.insert(disarmed_.begin(), disarmed_.end());
+    known.insert(arm_failed_.begin(), arm_failed_.end());
+    for (dev_t d : known) {
+      if (devs.count(d)) continue;
+      ForgetDeviceLocked(d);
+      layout_.erase(d);  // the scanner's listing cache forgets it at the same point
+    }
     int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
     std::erase_if(inodes_, [&](const auto& kv) {
       if (live.count(kv.first)) return false;
@@ -291,12 +355,12 @@ std::optional<std::vector<pid_t>> Observer::WalkHolders(const FileKey& key) {
     MutexLock l(&mu_);
     // A walk of this tmpfs a moment ago (this scan, most often) already
     // knows every process that held a file there.
-    if (walked_at_ && walked_devs_.count(key.dev) && Clock::now() - *walked_at_ < kWalkReuse) {
+    if (walked_at_ && walked_devs_.count(key.dev) && Now() - *walked_at_ < kWalkReuse) {
       auto it = walked_.find(key);
       return it == walked_.end() ? std::vector<pid_t>{} : it->second;
     }
     pending_walk_.insert(key);
-    if (last_walk_ && Clock::now() - *last_walk_ < opts_.holder_walk_every) return std::nullopt;
+    if (last_walk_ && Now() - *last_walk_ < opts_.holder_walk_every) return std::nullopt;
   }
   std::map<FileKey, std::vector<pid_t>> found = RunWalk();
   auto it = found.find(key);
@@ -306,7 +370,7 @@ std::optional<std::vector<pid_t>> Observer::WalkHolders(const FileKey& key) {
 void Observer::WalkIfDue() {
   {
     MutexLock l(&mu_);
-    if (pending_walk_.empty() || (last_walk_ && Clock::now() - *last_walk_ < opts_.holder_walk_every)) return;
+    if (pending_walk_.empty() || (last_walk_ && Now() - *last_walk_ < opts_.holder_walk_every)) return;
   }
   RunWalk();
 }
@@ -316,7 +380,7 @@ std::map<FileKey, std::vector<pid_t>> Observer::RunWalk() {
   {
     MutexLock l(&mu_);
     keys.swap(pending_walk_);
-    last_walk_ = Clock::now();
+    last_walk_ = Now();
     counters_.holder_walks++;
   }
   std::map<FileKey, std::vector<pid_t>> found;
@@ -332,7 +396,7 @@ std::map<FileKey, std::vector<pid_t>> Observer::RunWalk() {
     }
   }
   MutexLock l(&mu_);
-  walked_at_ = Clock::now();
+  walked_at_ = Now();
   walked_devs_ = devs;
   walked_ = found;
   for (const FileKey& key : keys) {
@@ -363,7 +427,7 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
     bool stale = in.dirty || !in.probed || (floor && in.probed_at <= *floor);
     if (!stale) return UseLocked(in, key.dev);
     in.dirty = false;  // an event from here on makes it dirty again
-    in.probed_at = Clock::now();
+    in.probed_at = Now();
     in.probing++;
     in.prober_closed = false;
     walked_empty = in.walked_empty;
@@ -451,7 +515,9 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
 
 ObserverCounters Observer::counters() const {
   MutexLock l(&mu_);
-  return counters_;
+  ObserverCounters c = counters_;
+  c.unmarked = static_cast<int64_t>(unmarked_.size());
+  return c;
 }
 
 void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) {
@@ -537,7 +603,7 @@ void Observer::Drain() {
     // One drain at a time: a caller's drain returns only after every event
     // read so far (by either thread) has been applied.
     MutexLock one(&drain_mu_);
-    auto now = Clock::now();
+    auto now = Now();
     // Events are applied in batches, each after it was read: who else probes
     // is asked after the events it judges happened. An agent that has exited
     // holds no lock, so a reused pid's events are use (the safe direction).

@@ -22,6 +22,22 @@
 //    inode (or of the first probe that found it unheld, when it has had no
 //    event since its mark): use between two scans is never missed for a file
 //    the agent has seen.
+// Identity. A watched tmpfs is its superblock, not its device number: the
+// kernel gives a new tmpfs the lowest free device number, so a new pod's
+// /dev/shm often has the number (and its files the inode numbers) of one
+// that just went. Watch learns the filesystem's fsid (scan/fs_identity.h) and
+// keeps it with the mark; when the same number comes back with another fsid,
+// everything known under that number (marks' events, verdicts, activity
+// times, holders, creators, layout) is dropped and the new superblock is
+// marked afresh (counted: superblock_changes): nothing is inherited.
+//
+// A filesystem mark that fails (fs.fanotify.max_user_marks is shared by every
+// root fanotify group on the node, ENOSPC; any error) is never remembered as
+// a mode: every later Watch tries again, and until one succeeds the tmpfs is
+// unmarked (counted: unmarked, mark_failures) and the scan keeps its files
+// (kept_by_reason "unobserved"), never judging them by sampling /proc. The
+// inode-mark budget leaves room for filesystem marks (DefaultMarkBudget).
+//
 // When an inode mark cannot be added (fs.fanotify.max_user_marks, the
 // agent's own budget of half of it, any error), that tmpfs falls back to a
 // filesystem-wide mark for opens and closes too: every open there is an event
@@ -97,16 +113,20 @@ inline constexpr char kAuditWalkOnly[] = "observer_audit.walk_only";
 inline constexpr char kObserverMarkFallbacks[] = "observer_mark_fallbacks";
 
 struct ObserverCounters {
-  int64_t events = 0;          // events read (merged by the kernel)
-  int64_t overflows = 0;       // FAN_Q_OVERFLOW seen
-  int64_t probes = 0;          // lease probes run
-  int64_t other_agents = 0;    // other shmkeeperd processes registered as probers, at the last look
-  int64_t prober_events = 0;   // their opens and closes, not taken for use
-  int64_t inode_marks = 0;     // inode marks placed on files the observer still tracks
-  int64_t mark_fallbacks = 0;  // filesystems watched for every open and close (an inode mark failed)
-  int64_t holder_walks = 0;    // walks of /proc for held files no event or creator named (batched)
-  int64_t disarms = 0;         // FAN_CREATE removed from a tmpfs's mark at its first create since a scan
-  int64_t rearms = 0;          // FAN_CREATE added back by a scan
+  int64_t events = 0;              // events read (merged by the kernel)
+  int64_t overflows = 0;           // FAN_Q_OVERFLOW seen
+  int64_t probes = 0;              // lease probes run
+  int64_t other_agents = 0;        // other shmkeeperd processes registered as probers, at the last look
+  int64_t prober_events = 0;       // their opens and closes, not taken for use
+  int64_t inode_marks = 0;         // inode marks placed on files the observer still tracks
+  int64_t mark_fallbacks = 0;      // filesystems watched for every open and close (an inode mark failed)
+  int64_t holder_walks = 0;        // walks of /proc for held files no event or creator named (batched)
+  int64_t disarms = 0;             // FAN_CREATE removed from a tmpfs's mark at its first create since a scan
+  int64_t rearms = 0;              // FAN_CREATE added back by a scan
+  int64_t superblock_changes = 0;  // a watched device number found on a new superblock (all its facts dropped)
+  int64_t mark_failures = 0;       // filesystem marks that failed (each retried at the next Watch)
+  int64_t mark_retries = 0;        // filesystem marks that succeeded after a failure
+  int64_t unmarked = 0;            // tmpfs whose filesystem mark is missing now (their files are kept)
 };
 
 struct ObserverOptions {
@@ -128,6 +148,14 @@ struct ObserverOptions {
   // (Watch). False keeps them armed (tests' control: every create is an
   // event again).
   bool disarm_creates = true;
+  // The time (leveldb's Env): every timing rule (holder_walk_every, the
+  // walk's reuse, activity times) reads it. Null: std::chrono::steady_clock.
+  // Tests advance a fake one instead of waiting.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+  // Test seam, called before each filesystem mark and each re-arm of its
+  // creates: an error fails that call as the kernel would (fs.fanotify.max_user_marks is node-wide; tests do
+  // not touch it). Null: none.
+  std::function<Status(dev_t)> mark_fault;
 };
 
 class Observer {
@@ -152,10 +180,13 @@ class Observer {
   Status Start();
 
   // Marks the tmpfs behind the directory `dir_fd` (device `dev`), once per
-  // device. False when it cannot be marked (reported once per device): files
-  // there must be judged by walking /proc. `marked_now` (may be null) is set
-  // when this call made the mark: files opened before it have no events, and
-  // the caller seeds their holders (Seed).
+  // superblock: when `dev` was watched on another superblock (another fsid),
+  // everything known of it is dropped first (see Identity above). False
+  // when it cannot be marked (each failure reported; the next Watch tries
+  // again): the caller keeps that tmpfs's files until a Watch succeeds.
+  // `marked_now` (may be null) is set when this call made the mark: files
+  // opened before it have no events, and the caller seeds their holders
+  // (Seed).
   // Creates: the first create (or FAN_CREATE of a directory) by another
   // process after a Watch disarms FAN_CREATE on that tmpfs (Fanotify::Creates;
   // it changes Layout and calls on_change, so an early scan comes), and the
@@ -246,6 +277,7 @@ class Observer {
     bool walked_empty = false;     // the holder walk found no process since its last event
   };
   void Run();
+  Clock::time_point Now() const { return opts_.clock ? opts_.clock() : Clock::now(); }
   void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) SHMK_REQUIRES(mu_);
   // An open or close by another registered agent (see the model above).
   void OnProberUse(const FanEvent& e) SHMK_REQUIRES(mu_);
@@ -277,6 +309,11 @@ class Observer {
   std::map<FileKey, std::vector<pid_t>> RunWalk() SHMK_EXCLUDES(mu_);
   // Removes FAN_CREATE from `dev`'s filesystem mark (through its Reopen).
   void Disarm(dev_t dev);
+  // Drops every fact kept under `dev` (a new superblock has its number, or
+  // it is no longer watched): the one list of what is keyed by device.
+  void ForgetDeviceLocked(dev_t dev) SHMK_REQUIRES(mu_);
+  // `dev` was marked on another superblock: its events (by fsid) and facts go.
+  void ForgetSuperblock(dev_t dev) SHMK_EXCLUDES(mu_, drain_mu_);
   // Adds FAN_CREATE back on the filesystem of `dir_fd` if `dev` is disarmed.
   void Rearm(int dir_fd, dev_t dev);
 
@@ -294,7 +331,8 @@ class Observer {
   Mutex arm_mu_ SHMK_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
-  std::set<dev_t> watched_ SHMK_GUARDED_BY(mu_), failed_ SHMK_GUARDED_BY(mu_);
+  std::map<dev_t, uint64_t> watched_ SHMK_GUARDED_BY(mu_);             // marked: device -> fsid of its superblock
+  std::map<dev_t, uint64_t> unmarked_ SHMK_GUARDED_BY(mu_);            // the last mark failed: device -> fsid
   std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                      // watched for every open and close
   std::set<dev_t> disarmed_ SHMK_GUARDED_BY(mu_);                      // FAN_CREATE removed (see Watch)
   std::set<dev_t> arm_failed_ SHMK_GUARDED_BY(mu_);                    // disarmed, re-arm failed: no Layout

@@ -16,6 +16,7 @@
 
 #include "base/fileutil.h"
 #include "base/safe_path.h"
+#include "scan/fs_identity.h"
 #include "scan/sysv.h"
 
 namespace shmkeeper {
@@ -124,6 +125,11 @@ std::optional<Skip> Lease(Claim* c, const std::string& proc) {
   if (::fstat(c->file.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != c->leak.key.dev ||
       st.st_ino != c->leak.key.ino) {
     return Skip{SkipReason::kChanged, "replaced since the scan"};
+  }
+  // The same numbers on a new tmpfs (a device number the kernel reused for
+  // another pod's /dev/shm): another file, whatever the scan said of the old.
+  if (Result<uint64_t> fsid = FilesystemId(c->file.get()); c->leak.fsid != 0 && (!fsid.ok() || *fsid != c->leak.fsid)) {
+    return Skip{SkipReason::kChanged, "on another filesystem than the scan saw (its device number was reused)"};
   }
   if (st.st_nlink != 1) return Skip{SkipReason::kLinked, "has " + std::to_string(st.st_nlink) + " names"};
   // An open that breaks the lease resumes a stopped agent (lease_probe.h).
