@@ -11,18 +11,17 @@
 #include <cerrno>
 #include <fstream>
 
-#include "scan/fs_identity.h"
+#include "node/observer_internal.h"
 #include "scan/lease_probe.h"
 
 namespace shmkeeper {
 namespace {
 
-constexpr size_t kMaxPids = 8;
+using observer_internal::kMaxPids;
+using observer_internal::Remember;
+
 constexpr size_t kBatch = 4096;     // events applied at once (after one look at who else probes)
 constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
-// How long a holder walk's findings name the holders of other files on the
-// same tmpfs (those a scan probes right after): long enough for one scan.
-constexpr auto kWalkReuse = std::chrono::seconds(2);
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 // FAN_ATTRIB: a marked file's link count (its unlink), mode, owner or times.
 constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB;
@@ -46,12 +45,6 @@ int64_t DefaultMarkBudget() {
   if (!(in >> n) || n <= 0) return -1;
   constexpr int64_t kFilesystemMarks = 1024;
   return std::max<int64_t>(0, n / 2 - std::min(kFilesystemMarks, n / 4));
-}
-
-void Remember(std::vector<pid_t>* pids, pid_t pid, size_t max) {
-  std::erase(*pids, pid);
-  pids->push_back(pid);
-  if (pids->size() > max) pids->erase(pids->begin());
 }
 
 }  // namespace
@@ -84,191 +77,6 @@ Status Observer::Start() {
   self_ = ::getpid();
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();
-}
-
-bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now, Reopen reopen) {
-  if (marked_now) *marked_now = false;
-  Result<uint64_t> fsid = FilesystemId(dir_fd);
-  std::optional<uint64_t> known;
-  {
-    MutexLock l(&mu_);
-    if (auto it = watched_.find(dev); it != watched_.end()) known = it->second;
-  }
-  // The same number on another superblock (a new pod's tmpfs), or one whose
-  // identity cannot be read: nothing known under the number is about it.
-  if (known && (!fsid.ok() || *known != *fsid)) ForgetSuperblock(dev);
-  {
-    MutexLock l(&mu_);
-    if (reopen) reopen_[dev] = std::move(reopen);  // the newest way in (a pod's access pid may change)
-  }
-  if (known && fsid.ok() && *known == *fsid) {
-    Rearm(dir_fd, dev);  // before the caller lists the directory
-    return true;
-  }
-  Status s = !fan_              ? Status::Precondition("observer not started")
-             : !fsid.ok()       ? fsid.status()
-             : opts_.mark_fault ? opts_.mark_fault(dev)
-                                : Status::Ok();
-  if (s.ok()) s = fan_->Mark(dir_fd, dev);
-  MutexLock l(&mu_);
-  if (s.ok()) {
-    watched_[dev] = *fsid;
-    disarmed_.erase(dev);
-    layout_[dev]++;  // a new mark: nothing measured before it counts
-    if (unmarked_.erase(dev)) counters_.mark_retries++;
-    if (marked_now) *marked_now = true;
-    return true;
-  }
-  // Never a mode: the next Watch tries again; meanwhile its files are kept.
-  unmarked_[dev] = fsid.ok() ? *fsid : 0;
-  counters_.mark_failures++;
-  if (reporter_) {
-    reporter_->Report(kObserverMarkErrors, "cannot observe the tmpfs of device " + std::to_string(dev) +
-                                               " (its files are kept until a later scan marks it): " + s.message());
-  }
-  return false;
-}
-
-void Observer::ForgetSuperblock(dev_t dev) {
-  // No batch of events is being applied meanwhile, and none read after this
-  // names `dev` until the new superblock is marked.
-  MutexLock one(&drain_mu_);
-  if (fan_) fan_->Forget(dev);
-  MutexLock l(&mu_);
-  ForgetDeviceLocked(dev);
-  layout_[dev]++;  // never the value a listing of the old superblock was cached under
-  counters_.superblock_changes++;
-}
-
-void Observer::ForgetDeviceLocked(dev_t dev) {
-  watched_.erase(dev);
-  unmarked_.erase(dev);
-  dev_floor_.erase(dev);
-  all_uses_.erase(dev);
-  disarmed_.erase(dev);
-  arm_failed_.erase(dev);
-  reopen_.erase(dev);
-  to_disarm_.erase(dev);
-  creators_.erase(dev);
-  walked_devs_.erase(dev);
-  std::erase_if(walked_, [dev](const auto& kv) { return kv.first.dev == dev; });
-  std::erase_if(pending_walk_, [dev](const FileKey& k) { return k.dev == dev; });
-  int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
-  std::erase_if(inodes_, [&](const auto& kv) {
-    if (kv.first.dev != dev) return false;
-    if (kv.second.marked) unmarked++;
-    return true;
-  });
-  counters_.inode_marks -= unmarked;
-}
-
-void Observer::Rearm(int dir_fd, dev_t dev) {
-  MutexLock a(&arm_mu_);
-  {
-    MutexLock l(&mu_);
-    if (!disarmed_.count(dev)) return;
-  }
-  Status s = opts_.mark_fault ? opts_.mark_fault(dev) : Status::Ok();
-  if (s.ok()) s = fan_->Creates(dir_fd, true);
-  MutexLock l(&mu_);
-  layout_[dev]++;  // creates while disarmed were no events: the listing cache must not be reused
-  if (s.ok()) {
-    disarmed_.erase(dev);
-    arm_failed_.erase(dev);
-    counters_.rearms++;
-    return;
-  }
-  if (arm_failed_.insert(dev).second && reporter_) {
-    reporter_->Report(kObserverMarkErrors, "cannot re-arm the create events of the tmpfs of device " +
-                                               std::to_string(dev) + " (listed every scan): " + s.message());
-  }
-}
-
-void Observer::Disarm(dev_t dev) {
-  Reopen reopen;
-  {
-    MutexLock l(&mu_);
-    auto it = reopen_.find(dev);
-    if (!watched_.count(dev) || disarmed_.count(dev) || it == reopen_.end()) return;
-    reopen = it->second;
-  }
-  Result<UniqueFd> fd = reopen();
-  struct stat st;
-  // Not that tmpfs any more (its pod's process gone, the pid reused, a new
-  // superblock on the number): keep the creates armed (an event each,
-  // nothing missed).
-  if (!fd.ok() || ::fstat(fd->get(), &st) != 0 || st.st_dev != dev) return;
-  Result<uint64_t> fsid = FilesystemId(fd->get());
-  if (!fsid.ok()) return;
-  MutexLock a(&arm_mu_);
-  {
-    MutexLock l(&mu_);
-    auto w = watched_.find(dev);
-    if (w == watched_.end() || w->second != *fsid || disarmed_.count(dev)) return;
-  }
-  if (!fan_->Creates(fd->get(), false).ok()) return;  // still armed: an event per create, nothing missed
-  MutexLock l(&mu_);
-  disarmed_.insert(dev);
-  layout_[dev]++;
-  counters_.disarms++;
-}
-
-void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
-  MutexLock l(&mu_);
-  Inode& in = inodes_[key];
-  for (pid_t pid : pids) {
-    if (pid <= 0 || std::find(in.pids.begin(), in.pids.end(), pid) != in.pids.end()) continue;
-    in.pids.insert(in.pids.begin(), pid);  // older than any pid an event names
-    if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
-  }
-}
-
-std::optional<uint64_t> Observer::Layout(dev_t dev) const {
-  MutexLock l(&mu_);
-  if (!watched_.count(dev) || arm_failed_.count(dev)) return std::nullopt;
-  auto it = layout_.find(dev);
-  return it == layout_.end() ? 0 : it->second;
-}
-
-bool Observer::Watching(dev_t dev) const {
-  MutexLock l(&mu_);
-  return watched_.count(dev) > 0;
-}
-
-void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live) {
-  std::vector<dev_t> gone;
-  {
-    MutexLock l(&mu_);
-    for (const auto& [d, _] : watched_) {
-      if (!devs.count(d)) gone.push_back(d);
-    }
-    std::set<dev_t> known;  // every device some fact is kept under
-    for (const auto& [d, _] : unmarked_) known.insert(d);
-    for (const auto& [d, _] : layout_) known.insert(d);
-    for (const auto& [d, _] : reopen_) known.insert(d);
-    for (const auto& [d, _] : creators_) known.insert(d);
-    for (const auto& [d, _] : dev_floor_) known.insert(d);
-    known.insert(gone.begin(), gone.end());
-    known.insert(all_uses_.begin(), all_uses_.end());
-    known.insert(disarmed_.begin(), disarmed_.end());
-    known.insert(arm_failed_.begin(), arm_failed_.end());
-    for (dev_t d : known) {
-      if (devs.count(d)) continue;
-      ForgetDeviceLocked(d);
-      layout_.erase(d);  // the scanner's listing cache forgets it at the same point
-    }
-    int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
-    std::erase_if(inodes_, [&](const auto& kv) {
-      if (live.count(kv.first)) return false;
-      if (kv.second.marked) unmarked++;
-      return true;
-    });
-    counters_.inode_marks -= unmarked;
-    std::erase_if(pending_walk_, [&](const FileKey& k) { return !live.count(k); });
-  }
-  // The mark stays with its superblock until that goes (a pod's tmpfs goes
-  // with the pod); its events are ignored meanwhile.
-  for (dev_t d : gone) fan_->Forget(d);
 }
 
 std::optional<Observer::Clock::time_point> Observer::FloorLocked(dev_t dev) const {
@@ -330,92 +138,6 @@ Status Observer::MarkForUse(int fd, const FileKey& key) {
                                                   "): watching every open and close there instead (more events)");
   }
   return Status::Ok();
-}
-
-std::vector<pid_t> Observer::Holders(const FileKey& key) {
-  std::vector<pid_t> candidates;
-  {
-    MutexLock l(&mu_);
-    if (auto it = inodes_.find(key); it != inodes_.end())
-      candidates.assign(it->second.pids.rbegin(), it->second.pids.rend());
-    if (auto it = creators_.find(key.dev); it != creators_.end()) {
-      for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
-        if (std::find(candidates.begin(), candidates.end(), *p) == candidates.end()) candidates.push_back(*p);
-      }
-    }
-  }
-  for (pid_t pid : candidates) {
-    if (ProcessHolds(pid, key, opts_.proc)) return {pid};
-  }
-  return {};
-}
-
-std::optional<std::vector<pid_t>> Observer::WalkHolders(const FileKey& key) {
-  {
-    MutexLock l(&mu_);
-    // A walk of this tmpfs a moment ago (this scan, most often) already
-    // knows every process that held a file there.
-    if (walked_at_ && walked_devs_.count(key.dev) && Now() - *walked_at_ < kWalkReuse) {
-      auto it = walked_.find(key);
-      return it == walked_.end() ? std::vector<pid_t>{} : it->second;
-    }
-    pending_walk_.insert(key);
-    if (last_walk_ && Now() - *last_walk_ < opts_.holder_walk_every) return std::nullopt;
-  }
-  std::map<FileKey, std::vector<pid_t>> found = RunWalk();
-  auto it = found.find(key);
-  return it == found.end() ? std::vector<pid_t>{} : it->second;
-}
-
-void Observer::WalkIfDue() {
-  {
-    MutexLock l(&mu_);
-    if (pending_walk_.empty() || (last_walk_ && Now() - *last_walk_ < opts_.holder_walk_every)) return;
-  }
-  RunWalk();
-}
-
-std::map<FileKey, std::vector<pid_t>> Observer::RunWalk() {
-  std::set<FileKey> keys;
-  {
-    MutexLock l(&mu_);
-    keys.swap(pending_walk_);
-    last_walk_ = Now();
-    counters_.holder_walks++;
-  }
-  std::map<FileKey, std::vector<pid_t>> found;
-  if (keys.empty()) return found;
-  // The holders of every file on those tmpfs (the same walk as for `keys`
-  // alone): files of the same scan found held next need no walk of their own.
-  std::set<dev_t> devs;
-  for (const FileKey& k : keys) devs.insert(k.dev);
-  for (const auto& [key, refs] : ScanProcesses(devs, opts_.proc).holders) {
-    std::vector<pid_t>& pids = found[key];
-    for (const HolderRef& r : refs) {
-      if (std::find(pids.begin(), pids.end(), r.pid) == pids.end()) pids.push_back(r.pid);
-    }
-  }
-  MutexLock l(&mu_);
-  walked_at_ = Now();
-  walked_devs_ = devs;
-  walked_ = found;
-  for (const FileKey& key : keys) {
-    auto it = inodes_.find(key);
-    if (it == inodes_.end()) continue;
-    Inode& in = it->second;
-    auto f = found.find(key);
-    if (f == found.end() || f->second.empty()) {
-      // Held by no process /proc shows (a mount, a loop device, an O_PATH
-      // or a lease's holder): probe it again, without a walk, so the scan
-      // judges what holds it.
-      if (in.holders_pending) in.dirty = true;
-      in.walked_empty = true;
-    } else {
-      for (pid_t pid : f->second) Remember(&in.pids, pid, kMaxPids);
-    }
-    in.holders_pending = false;
-  }
-  return found;
 }
 
 Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const FileKey& key, bool walk) {
