@@ -1,0 +1,26 @@
+// What a service shows of the workloads of workloads.h (internal to
+// shmkeeper_compose): the signs gathered from its image, command, environment,
+// build, scripts and mounts, the workloads they match, and the /dev/shm size
+// that serves them, raised by what was measured of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "compose/compose.h"
+#include "compose/compose_reader.h"
+
+namespace shmkeeper::compose {
+
+struct Need {
+  bool needs = false;
+  int64_t bytes = 0;  // the size to suggest
+  int64_t floor = 0;  // an explicit shm_size below this is too small
+  std::string reason;
+  bool build_torch_tests = false;  // the build's Dockerfile runs PyTorch tests
+};
+
+// The evidence of the service, raised to twice its measured peak (whole GiB) when that is more.
+Need NeedOf(const Service& s, const ComposeCheckOptions& o, const ComposeProject& project);
+
+}  // namespace shmkeeper::compose
