@@ -48,6 +48,14 @@ def test_check_finds_what_is_expected(bins, case):
     assert {svc: s["shmSize"] for svc, s in report["suggestions"].items()} == expected["sizes"]
     for svc, why in expected["why"].items():
         assert why in report["suggestions"][svc]["reason"], report["suggestions"][svc]
+    # Every finding of a recognised need names the sign that fired, in JSON and in text.
+    for f in report["findings"]:
+        if f["code"] in SIZED_BY_FIX | {"size-too-small", "build-shm-size"}:
+            assert f["because"], f
+    for svc, because in expected.get("because", {}).items():
+        assert any(because in f["because"] for f in report["findings"] if f["service"] == svc), report["findings"]
+    text = check(bins, case).stdout
+    assert text.count("(because: ") == sum(1 for f in report["findings"] if f["because"]), text
 
 
 @pytest.mark.parametrize("case", ["49-web-stack", "22-selenium-grid-sized", "02-pytorch-missing", "05-comments-many"])

@@ -50,6 +50,7 @@ struct ComposeFinding {
   SourcePos pos;
   std::string message;
   std::string suggestion;  // the fix, in compose syntax
+  std::string because;     // the sign that fired, in words ("image postgres"; "" for a syntax finding)
 };
 
 // Reads one file of at most `max_bytes` for the compose reader. A file over
@@ -116,7 +117,7 @@ Result<ComposeReport> CheckCompose(const ComposeCheckOptions& options);
 Json ComposeReportToJson(const ComposeReport& report);
 
 // The report for humans: one line per finding ("file:line:col: severity:
-// service 'x': message (fix: suggestion) [code]"), or one "ok" line.
+// service 'x': message (because: sign) (fix: suggestion) [code]"), or one "ok" line.
 std::string ComposeReportToText(const ComposeReport& report);
 
 struct ComposeFix {

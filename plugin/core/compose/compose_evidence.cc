@@ -111,7 +111,8 @@ void AddEnvKeys(const YAML::Node& env, WorkloadSignals* sig) {
 // config when the engine has it (Entrypoint, Cmd, Env, labels); its mounts.
 WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* torch_tests) {
   WorkloadSignals sig;
-  for (const char* k : {"image", "command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
+  // The image by its repository: a tag names a version, not a program ("postgres:14-vectorchord0.4.3").
+  for (const char* k : {"command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
     auto it = s.keys.find(k);
     if (it != s.keys.end()) Flatten(it->second.value, &sig.text);
   }
@@ -120,7 +121,7 @@ WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* to
     Result<std::string> v = Interpolate(it->second.value.Scalar(), o.env);
     image = v.ok() ? *v : it->second.value.Scalar();
     sig.image = Lower(image);
-    sig.text += sig.image + ' ';
+    sig.text += ImageRepository(sig.image) + ' ';
   }
   BuildInfo build = ReadBuild(s, o, &sig);
   *torch_tests = build.torch_tests;
@@ -182,18 +183,23 @@ int64_t FloorOf(const ShmWorkload& w) {
 Need Evidence(const Service& s, const ComposeCheckOptions& o) {
   Need need;
   WorkloadSignals sig = Signals(s, o, &need.build_torch_tests);
-  auto add = [&](const std::string& why, int64_t bytes, int64_t floor) {
+  auto add = [&](const std::string& why, int64_t bytes, int64_t floor, const std::string& because) {
     need.needs = true;
     need.bytes = std::max(need.bytes, bytes);
     need.floor = std::max(need.floor, floor);
     need.reason += (need.reason.empty() ? "" : ", ") + why;
+    need.because += (need.because.empty() ? "" : "; ") + because;
   };
-  for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
-    add("uses " + std::string(w->name) + " (at 64MiB: " + w->symptom + ")", w->bytes, FloorOf(*w));
+  for (const ShmWorkloadMatch& m : ExplainShmWorkloads(sig)) {
+    if (!m.stopped_by.empty()) continue;
+    const ShmWorkload& w = *m.row;
+    add("uses " + std::string(w.name) + " (at 64MiB: " + w.symptom + ")", w.bytes, FloorOf(w), DescribeSign(m.sign));
   }
-  if (int n = NumWorkers(sig.text))
-    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB), n * 128 * kMiB);
-  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB, 0);
+  if (int n = NumWorkers(sig.text)) {
+    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB), n * 128 * kMiB,
+        "its settings name num_workers=" + std::to_string(n));
+  }
+  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB, 0, "it reserves GPUs (runtime: nvidia or a deploy device)");
   return need;
 }
 
@@ -209,6 +215,7 @@ Need NeedOf(const Service& s, const ComposeCheckOptions& o, const ComposeProject
     if (want > need.bytes) {
       need.bytes = want;
       need.reason += (need.reason.empty() ? "" : ", ") + std::string("measured peak ") + FormatSize(measured->second);
+      need.because += (need.because.empty() ? "" : "; ") + std::string("the agent measured its /dev/shm peak");
       need.needs = true;
     }
     need.floor = std::max(need.floor, measured->second);

@@ -17,6 +17,7 @@ struct Need {
   int64_t bytes = 0;  // the size to suggest
   int64_t floor = 0;  // an explicit shm_size below this is too small
   std::string reason;
+  std::string because;  // the signs that fired, in words ("image postgres; deploy reserves GPUs")
   bool build_torch_tests = false;  // the build's Dockerfile runs PyTorch tests
 };
 

@@ -112,8 +112,9 @@ std::string IpcMode(const Service& s) {
 }
 
 void Add(ComposeReport* r, FindingCode code, Severity sev, std::string service, SourcePos pos, std::string msg,
-         std::string suggestion) {
-  r->findings.push_back({code, sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion)});
+         std::string suggestion, std::string because = "") {
+  r->findings.push_back(
+      {code, sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion), std::move(because)});
 }
 
 // Misplaced or misspelled shm keys inside `map` (a service, its deploy or environment).
@@ -176,13 +177,14 @@ void CheckMappingKeys(const YAML::Node& node, const std::string& file, const std
 void CheckServiceKeys(const Service& s, ComposeReport* r) {
   for (const auto& [file, node] : WrittenIn(s)) CheckMappingKeys(node, file, s.name, r, 0);
 }
+
 void CheckHostBinds(const Service& s, const std::vector<std::pair<std::string, YAML::Node>>& binds,
                     const std::string& suggest, ComposeReport* r) {
   for (const auto& [file, item] : binds) {
     Add(r, FindingCode::kHostShmBind, Severity::kWarning, s.name, At(file, item),
         "binds the host's /dev/shm: the container sees every host segment, has no limit and its files outlive it; "
         "set shm_size instead",
-        "shm_size: \"" + suggest + "\"");
+        "shm_size: \"" + suggest + "\"", "a volume binds the host's /dev/shm at /dev/shm");
   }
 }
 
@@ -212,12 +214,12 @@ void CheckShmSizeValue(const Service& s, const Entry& e, const Need& need, const
     Add(r, FindingCode::kSizeTooSmall, Severity::kWarning, s.name, At(e.file, e.value),
         "shm_size " + FormatSize(*bytes) + " is below " + FormatSize(o.min_bytes) + " for a service that " +
             need.reason,
-        suggest);
+        suggest, need.because);
   } else if (*bytes < need.floor && need.needs) {
     Add(r, FindingCode::kSizeTooSmall, Severity::kWarning, s.name, At(e.file, e.value),
         "shm_size " + FormatSize(*bytes) + " is below the " + FormatSize(need.floor) +
             " it needs at least: the service " + need.reason,
-        suggest);
+        suggest, need.because);
   }
 }
 
@@ -247,11 +249,12 @@ void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const s
     Add(r, FindingCode::kIpcHostForShm, Severity::kWarning, s.name, At(it->second.file, it->second.value),
         "ipc: host shares the host's IPC namespace (and /dev/shm) with the container; to get a bigger /dev/shm, "
         "set shm_size instead",
-        "shm_size: \"" + suggest + "\"");
+        "shm_size: \"" + suggest + "\"", need.because);
   } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
              !ipc.starts_with("container:") && ipc != "host") {
     Add(r, FindingCode::kMissingShmSize, Severity::kWarning, s.name, s.pos,
-        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o), "shm_size: \"" + suggest + "\"");
+        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o), "shm_size: \"" + suggest + "\"",
+        need.because);
   }
 }
 

@@ -7,15 +7,38 @@
 
 namespace shmkeeper {
 
-namespace {
-
-// "registry:5000/ns/name:tag@sha256:..." -> "registry:5000/ns/name".
-std::string Repository(std::string image) {
+std::string ImageRepository(std::string image) {
   if (size_t at = image.find('@'); at != std::string::npos) image.resize(at);
   size_t slash = image.rfind('/');
   size_t colon = image.rfind(':');
   if (colon != std::string::npos && (slash == std::string::npos || colon > slash)) image.resize(colon);
   return image;
+}
+
+namespace {
+
+// The words of an image's tag, split at - _ . and where letters and digits meet.
+std::vector<std::string> TagWords(const std::string& image) {
+  std::string name = image.substr(0, image.find('@'));
+  std::string repo = ImageRepository(name);
+  std::vector<std::string> out;
+  if (repo.size() >= name.size()) return out;
+  std::string cur;
+  auto end = [&] {
+    if (!cur.empty()) out.push_back(cur);
+    cur.clear();
+  };
+  for (char c : name.substr(repo.size() + 1)) {
+    bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
+    if (c == '-' || c == '_' || c == '.') {
+      end();
+    } else {
+      if (!cur.empty() && alpha != (std::isalpha(static_cast<unsigned char>(cur.back())) != 0)) end();
+      cur += c;
+    }
+  }
+  end();
+  return out;
 }
 
 bool PrefixOrEqual(const std::string& pattern, const std::string& value) {
@@ -29,7 +52,7 @@ bool AnyOf(const std::vector<std::string>& values, const std::string& pattern) {
 
 // The words of an image's repository path, registry host dropped, split at / - _ .
 std::vector<std::string> ImageTokens(const std::string& image) {
-  std::string repo = Repository(image);
+  std::string repo = ImageRepository(image);
   size_t slash = repo.find('/');
   if (slash != std::string::npos) {
     std::string host = repo.substr(0, slash);
@@ -50,7 +73,7 @@ std::vector<std::string> ImageTokens(const std::string& image) {
 }
 
 bool ImageIs(const std::string& image, const std::string& value) {
-  std::string repo = Repository(image);
+  std::string repo = ImageRepository(image);
   return !repo.empty() && (repo == value || repo.ends_with("/" + value));
 }
 
@@ -84,6 +107,10 @@ bool Matches(const std::string& pattern, const WorkloadSignals& s) {
     };
     return one(s.image) || std::any_of(s.base_images.begin(), s.base_images.end(), one);
   }
+  if (kind == "tag") {
+    std::vector<std::string> words = TagWords(s.image);
+    return std::find(words.begin(), words.end(), value) != words.end();
+  }
   if (kind == "prog") return AnyOf(s.programs, value);
   if (kind == "cmd") return AnyOf(s.words, value);
   if (kind == "env") return AnyOf(s.env_keys, value);
@@ -111,28 +138,70 @@ bool IsClientOnly(const ShmWorkload& w, const std::string& name, const WorkloadS
 
 }  // namespace
 
-std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& s) {
-  std::vector<const ShmWorkload*> out;
+std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& s) {
+  std::vector<ShmWorkloadMatch> out;
   for (const ShmWorkload& w : ShmWorkloads()) {
     // Plain patterns suffice; "?" ones need a "+" one and no "-" one.
-    bool strong = false, weak = false, support = false, against = false;
+    std::string strong, weak, support;
+    bool against = false;
     for (const char* p : w.evidence) {
       char c = p[0];
       bool prefixed = c == '?' || c == '+' || c == '-';
       if (!Matches(prefixed ? p + 1 : p, s)) continue;
-      strong = strong || !prefixed;
-      weak = weak || c == '?';
-      support = support || c == '+';
+      if (!prefixed && strong.empty()) strong = p;
+      if (c == '?' && weak.empty()) weak = p;
+      if (c == '+' && support.empty()) support = p;
       against = against || c == '-';
     }
-    if (!strong && !(weak && support && !against)) continue;
+    ShmWorkloadMatch m{&w, strong, ""};
+    if (strong.empty() && !weak.empty() && !support.empty() && !against) m.sign = weak + " " + support;
+    if (m.sign.empty()) continue;
     auto stops = [&](const char* p) {
       std::string pattern = p;
       return pattern.starts_with("client:") ? IsClientOnly(w, pattern.substr(7), s) : Matches(pattern, s);
     };
-    if (std::none_of(w.unless.begin(), w.unless.end(), stops)) out.push_back(&w);
+    if (auto stop = std::find_if(w.unless.begin(), w.unless.end(), stops); stop != w.unless.end()) m.stopped_by = *stop;
+    out.push_back(std::move(m));
   }
   return out;
+}
+
+std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& s) {
+  std::vector<const ShmWorkload*> out;
+  for (const ShmWorkloadMatch& m : ExplainShmWorkloads(s)) {
+    if (m.stopped_by.empty()) out.push_back(m.row);
+  }
+  return out;
+}
+
+namespace {
+
+std::string DescribeOne(const std::string& pattern) {
+  size_t colon = pattern.find(':');
+  std::string kind = pattern.substr(0, colon), value = pattern.substr(colon + 1);
+  static const std::vector<std::pair<std::string, std::string>> kWords = {
+      {"image", "image "},         {"prog", "runs "},          {"cmd", "its command has "},
+      {"env", "environment "},     {"text", "its settings name "}, {"word", "its settings name "},
+      {"token", "image name has "}, {"tag", "image tag has "},  {"pkg", "the image installs "},
+      {"mount", "a volume at "},   {"port", "port "},          {"health", "its healthcheck runs "},
+      {"client", "the client "}};
+  for (const auto& [k, words] : kWords) {
+    if (k != kind) continue;
+    if (kind == "env") {
+      for (char& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    return words + value;
+  }
+  return pattern;
+}
+
+}  // namespace
+
+std::string DescribeSign(const std::string& sign) {
+  size_t space = sign.find(' ');
+  auto strip = [](std::string p) { return !p.empty() && (p[0] == '?' || p[0] == '+') ? p.substr(1) : p; };
+  if (space == std::string::npos) return DescribeOne(strip(sign));
+  return DescribeOne(strip(sign.substr(0, space))) + ", with " + DescribeOne(strip(sign.substr(space + 1)));
 }
 
 void AddCommandWords(const std::string& text, bool program, WorkloadSignals* s) {

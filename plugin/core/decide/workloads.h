@@ -25,6 +25,9 @@ namespace shmkeeper {
 //               entrypoint, environment, build, working_dir, labels) or the
 //               process's command line
 //   word:SUB    as text:, where SUB starts a word ("ray", not "array")
+//   tag:WORD    WORD is a word of the image's tag (split at - _ . and where
+//               digits meet letters: "postgres-17.9-postgis" shows "postgres"):
+//               a tag names a version, never a program, so only as "?tag:"
 //   token:T[+U] every T (and U) is a word of the image's repository path
 //               (registry host dropped; split at / - _ .): in-house names such
 //               as "registry.example.internal/data/warehouse-pg" show "pg"
@@ -68,8 +71,27 @@ struct WorkloadSignals {
 // The table, in the order findings name the workloads.
 const std::vector<ShmWorkload>& ShmWorkloads();
 
+// "registry:5000/ns/name:tag@sha256:..." -> "registry:5000/ns/name".
+std::string ImageRepository(std::string image);
+
 // The rows `signals` match.
 std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& signals);
+
+// One row whose evidence the signals show, and why.
+struct ShmWorkloadMatch {
+  const ShmWorkload* row = nullptr;
+  std::string sign;        // the evidence pattern that fired ("image:postgres"; weak + support: "?token:pg +port:5432")
+  std::string stopped_by;  // the unless pattern that excludes the row ("" : the row matches)
+};
+
+// Every row whose evidence the signals show, in table order, the excluded
+// ones included (stopped_by set): MatchShmWorkloads is those with none.
+std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& signals);
+
+// A sign ("image:postgres", "?token:pg +env:postgres_password") in words for
+// a finding's "because:": "image postgres", "image name has pg, with
+// environment POSTGRES_PASSWORD".
+std::string DescribeSign(const std::string& sign);
 
 // Adds the words of `text` (a command line, a shell string) to `signals`:
 // split at spaces, quotes and shell punctuation, paths as basenames,

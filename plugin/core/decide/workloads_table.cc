@@ -218,7 +218,8 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        "DataLoader workers die: \"unexpected bus error encountered in worker. This might be caused by insufficient "
        "shared memory (shm)\"",
        "https://github.com/pytorch/pytorch#docker-image",
-       {"text:torch"},
+       // Words, not substrings, and never the image's tag ("vectorchord0.4.3").
+       {"word:torch", "word:pytorch", "word:libtorch"},
        {"prog:tensorboard"}},
       {"TensorFlow",
        2 * kGiB,
