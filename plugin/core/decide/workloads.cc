@@ -142,19 +142,28 @@ std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& s) {
   std::vector<ShmWorkloadMatch> out;
   for (const ShmWorkload& w : ShmWorkloads()) {
     // Plain patterns suffice; "?" ones need a "+" one and no "-" one.
-    std::string strong, weak, support;
+    std::string strong;
+    std::vector<std::string> weak, support;
     bool against = false;
     for (const char* p : w.evidence) {
       char c = p[0];
       bool prefixed = c == '?' || c == '+' || c == '-';
       if (!Matches(prefixed ? p + 1 : p, s)) continue;
       if (!prefixed && strong.empty()) strong = p;
-      if (c == '?' && weak.empty()) weak = p;
-      if (c == '+' && support.empty()) support = p;
+      if (c == '?') weak.emplace_back(p);
+      if (c == '+') support.emplace_back(p);
       against = against || c == '-';
     }
     ShmWorkloadMatch m{&w, strong, ""};
-    if (strong.empty() && !weak.empty() && !support.empty() && !against) m.sign = weak + " " + support;
+    // A weak sign with support from another pattern ("?mount:X" is not supported by "+mount:X").
+    for (size_t i = 0; m.sign.empty() && !against && i < weak.size(); ++i) {
+      for (const std::string& sup : support) {
+        if (sup.substr(1) != weak[i].substr(1)) {
+          m.sign = weak[i] + " " + sup;
+          break;
+        }
+      }
+    }
     if (m.sign.empty()) continue;
     auto stops = [&](const char* p) {
       std::string pattern = p;

@@ -38,8 +38,8 @@ namespace shmkeeper {
 //   port:N      container port N published or exposed
 //   health:WORD a word of the healthcheck's test (basename, lower case)
 // An evidence pattern may be prefixed: "?P" is weak evidence, which counts
-// only with a "+P" pattern (support, never evidence alone) matching and no
-// "-P" pattern (a sign of a client) matching.
+// only with a "+P" pattern (support, never evidence alone; another pattern
+// than the weak one) matching and no "-P" pattern (a sign of a client) matching.
 // and, in `unless` only:
 //   client:NAME NAME is one of the programs and none of the row's prog:
 //               patterns matches: a client of the workload run in its image

@@ -105,7 +105,9 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
         "image:crunchy-postgres-gis", "image:citusdata/citus", "image:apache/age", "image:paradedb/paradedb",
         "image:cloudnative-pg/postgresql", "prog:postgres", "prog:postmaster", "prog:pg_ctl", "prog:pg_ctlcluster",
         "prog:initdb", "env:pgdata", "env:postgres_initdb_args", "env:postgres_initdb_waldir",
-        "env:postgres_host_auth_method", "mount:/var/lib/postgresql/data", "mount:/var/lib/pgsql/data",
+        "env:postgres_host_auth_method",
+        // A data path is a sign only with a server's (a data-only busybox mounts it too).
+        "?mount:/var/lib/postgresql", "?mount:/var/lib/pgsql",
         // An in-house name ("warehouse-pg") is also the name of tools
         // ("pg_tileserv", "dbt-postgres"): it counts with a sign of a server.
         "?token:postgres", "?token:postgresql", "?token:pg", "?token:pgsql", "?token:postgis", "?token:timescaledb",
@@ -158,8 +160,9 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
         "token:oradb",
         "env:oracle_pwd",
         "env:oracle_sid",
-        "mount:/opt/oracle/oradata",
-        "mount:/u01/app/oracle/oradata"},
+        "?mount:/opt/oracle/oradata",
+        "?mount:/u01/app/oracle/oradata",
+        "+port:1521"},
        {"token:exporter", "token:client", "token:instantclient", "client:sqlplus"}},
       // ---- MPI -------------------------------------------------------------
       // The sm (vader) transport backs every local rank pair with files in
