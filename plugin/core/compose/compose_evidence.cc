@@ -190,7 +190,9 @@ Need Evidence(const Service& s, const ComposeCheckOptions& o) {
     need.reason += (need.reason.empty() ? "" : ", ") + why;
     need.because += (need.because.empty() ? "" : "; ") + because;
   };
+  std::string excluded;  // a documented exclusion that fired ("prog:tensorboard")
   for (const ShmWorkloadMatch& m : ExplainShmWorkloads(sig)) {
+    if (!m.stopped_by.empty() && excluded.empty()) excluded = m.stopped_by;
     if (!m.stopped_by.empty()) continue;
     const ShmWorkload& w = *m.row;
     add("uses " + std::string(w.name) + " (at 64MiB: " + w.symptom + ")", w.bytes, FloorOf(w), DescribeSign(m.sign));
@@ -199,7 +201,10 @@ Need Evidence(const Service& s, const ComposeCheckOptions& o) {
     add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB), n * 128 * kMiB,
         "its settings name num_workers=" + std::to_string(n));
   }
-  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB, 0, "it reserves GPUs (runtime: nvidia or a deploy device)");
+  // A GPU reservation is a sign of a workload only where no exclusion of the
+  // table says the service is not one (tensorboard in a tensorflow image).
+  if (HasGpu(s) && (need.needs || excluded.empty()))
+    add("reserves GPUs", 8 * kGiB, 0, "it reserves GPUs (runtime: nvidia or a deploy device)");
   return need;
 }
 
