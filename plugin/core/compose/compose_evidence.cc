@@ -10,8 +10,9 @@
 namespace shmkeeper::compose {
 namespace {
 
-// Every scalar under `n`, lower-cased, joined (bounded). URLs are left out:
-// "http://vllm:8000" names a service the container talks to, not one it runs.
+// Every scalar under `n`, lower-cased, joined (bounded). URLs are left out,
+// and the keys that hold them: "http://vllm:8000" names a service the
+// container talks to, not one it runs.
 void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
   if (depth > 16 || out->size() > 65536) return;
   if (n.IsScalar() && n.Scalar().find("://") != std::string::npos) return;
@@ -20,6 +21,8 @@ void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
     *out += ' ';
   } else if (n.IsMap()) {
     for (const auto& kv : n) {
+      // Nor the key that holds one: RAY_ADDRESS: ray://head:10001 is a client of Ray.
+      if (kv.second.IsScalar() && kv.second.Scalar().find("://") != std::string::npos) continue;
       Flatten(kv.first, out, depth + 1);
       Flatten(kv.second, out, depth + 1);
     }
