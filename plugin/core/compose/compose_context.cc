@@ -127,6 +127,24 @@ void AddInstalls(const std::vector<std::string>& cmd, std::vector<std::string>* 
   if (prog == "yarn" && !installing) *npm_install = true;  // a bare `yarn` installs package.json
 }
 
+// Whether one RUN command runs tests: pytest, py.test or python -m pytest|unittest
+// (`pip install pytest` only installs them).
+bool RunsTests(const std::vector<std::string>& cmd) {
+  size_t i = 0;
+  while (i < cmd.size() && (cmd[i] == "sudo" || cmd[i] == "env" || cmd[i].find('=') != std::string::npos)) ++i;
+  if (i >= cmd.size()) return false;
+  std::string prog = Base(cmd[i]);
+  if (prog == "pytest" || prog == "py.test") return true;
+  return prog.starts_with("python") && i + 2 < cmd.size() && cmd[i + 1] == "-m" &&
+         (cmd[i + 2] == "pytest" || cmd[i + 2] == "unittest");
+}
+
+std::string Joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + w;
+  return out.size() > 80 ? out.substr(0, 77) + "..." : out;
+}
+
 // Reads `path` of the build context through the options' reader.
 Result<std::string> ReadSide(const ComposeCheckOptions& o, const std::string& path) {
   return ReaderOf(o)(path, kMaxSideFile);
@@ -263,9 +281,7 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
   info.context = Join(DirOf(b->second.file), context);
   Result<std::string> text = ReadSide(o, Join(info.context, dockerfile));
   if (!text.ok()) return info;
-  std::string lower = Lower(*text);
-  info.torch_tests = lower.find("torch") != std::string::npos &&
-                     (lower.find("pytest") != std::string::npos || lower.find("unittest") != std::string::npos);
+  bool names_torch = Lower(*text).find("torch") != std::string::npos;
   std::vector<Stage> stages = Stages(*text, args);
   if (stages.empty()) return info;
   const Stage* st = &stages.back();
@@ -291,6 +307,7 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
         continue;
       }
       AddInstalls(cmd, &sig->packages, &npm_install, &requirement_files);
+      if (names_torch && info.torch_tests.empty() && RunsTests(cmd)) info.torch_tests = Joined(cmd);
       cmd.clear();
     }
   }

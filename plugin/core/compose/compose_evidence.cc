@@ -112,7 +112,7 @@ void AddEnvKeys(const YAML::Node& env, WorkloadSignals* sig) {
 // shells and wrappers; the scripts that argv names (from a volume or the
 // build context); its build (FROM, ENV, installed packages); the image's
 // config when the engine has it (Entrypoint, Cmd, Env, labels); its mounts.
-WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* torch_tests) {
+WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, std::string* torch_tests) {
   WorkloadSignals sig;
   // The image by its repository: a tag names a version, not a program ("postgres:14-vectorchord0.4.3").
   for (const char* k : {"command", "entrypoint", "environment", "build", "working_dir", "labels"}) {

@@ -18,7 +18,7 @@ struct Need {
   int64_t floor = 0;  // an explicit shm_size below this is too small
   std::string reason;
   std::string because;  // the signs that fired, in words ("image postgres; deploy reserves GPUs")
-  bool build_torch_tests = false;  // the build's Dockerfile runs PyTorch tests
+  std::string build_torch_tests;  // the build's RUN command that runs PyTorch tests ("" : none)
 };
 
 // The evidence of the service, raised to twice its measured peak (whole GiB) when that is more.

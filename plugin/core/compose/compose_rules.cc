@@ -260,11 +260,11 @@ void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const s
 
 void CheckBuild(const Service& s, const Need& need, const std::string& suggest, ComposeReport* r) {
   auto build = s.keys.find("build");
-  if (build != s.keys.end() && need.build_torch_tests &&
+  if (build != s.keys.end() && !need.build_torch_tests.empty() &&
       !(build->second.value.IsMap() && build->second.value["shm_size"])) {
     Add(r, FindingCode::kBuildShmSize, Severity::kWarning, s.name, At(build->second.file, build->second.key),
         "the build runs PyTorch tests but build.shm_size is not set: RUN steps get a 64MiB /dev/shm",
-        "build.shm_size: \"" + suggest + "\"");
+        "build.shm_size: \"" + suggest + "\"", "the Dockerfile runs `" + need.build_torch_tests + "`");
   }
 }
 

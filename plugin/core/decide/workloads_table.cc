@@ -222,7 +222,7 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        "shared memory (shm)\"",
        "https://github.com/pytorch/pytorch#docker-image",
        // Words, not substrings, and never the image's tag ("vectorchord0.4.3").
-       {"word:torch", "word:pytorch", "word:libtorch"},
+       {"word:torch", "word:pytorch", "word:libtorch", "pkg:torch"},
        {"prog:tensorboard"}},
       {"TensorFlow",
        2 * kGiB,
