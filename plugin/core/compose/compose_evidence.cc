@@ -198,6 +198,8 @@ Need Evidence(const Service& s, const ComposeCheckOptions& o) {
     if (!m.stopped_by.empty() && excluded.empty()) excluded = m.stopped_by;
     if (!m.stopped_by.empty()) continue;
     const ShmWorkload& w = *m.row;
+    std::string name = w.name;
+    need.gpu_ipc = need.gpu_ipc || name == "NCCL" || name == "vLLM" || name == "SGLang";
     add("uses " + std::string(w.name) + " (at 64MiB: " + w.symptom + ")", w.bytes, FloorOf(w), DescribeSign(m.sign));
   }
   if (int n = NumWorkers(sig.text)) {
@@ -206,6 +208,7 @@ Need Evidence(const Service& s, const ComposeCheckOptions& o) {
   }
   // A GPU reservation is a sign of a workload only where no exclusion of the
   // table says the service is not one (tensorboard in a tensorflow image).
+  need.gpu_ipc = need.gpu_ipc || HasGpu(s);
   if (HasGpu(s) && (need.needs || excluded.empty()))
     add("reserves GPUs", 8 * kGiB, 0, "it reserves GPUs (runtime: nvidia or a deploy device)");
   return need;

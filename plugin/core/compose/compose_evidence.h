@@ -18,6 +18,9 @@ struct Need {
   int64_t floor = 0;  // an explicit shm_size below this is too small
   std::string reason;
   std::string because;  // the signs that fired, in words ("image postgres; deploy reserves GPUs")
+  // It reserves GPUs or runs NCCL: CUDA IPC and NCCL between containers may
+  // rely on the host's IPC namespace (ipc: host is then kept, a choice).
+  bool gpu_ipc = false;
   std::string build_torch_tests;  // the build's RUN command that runs PyTorch tests ("" : none)
 };
 

@@ -232,7 +232,8 @@ void PlanReplaceIpcHost(const ComposeFinding& f, const std::string& line, FixPla
       {li, Edit::kReplace, kcol, col + len - kcol, "shm_size: " + Quote(p->SizeFor(f.service)), p->group()});
   p->MarkSized(f.service);
   p->Change(f.pos.ToString() + ": replaced ipc: host of service '" + f.service + "' by shm_size " +
-            p->SizeFor(f.service));
+            p->SizeFor(f.service) + " (it leaves the host's IPC namespace: SysV IPC and CUDA IPC with processes "
+            "outside the container stop)");
 }
 
 // misplaced-shm-size under deploy: only a one-line scalar under a deploy that
@@ -368,7 +369,8 @@ Result<std::vector<ComposeFix>> PlanFixes(const Checked& c, const std::string& s
   for (int ph : {0, 1, 2}) {
     for (auto& plan : plans) {
       for (const ComposeFinding* f : ordered) {
-        if (phase(f->code) == ph && Applies(*f, *plan)) PlanFinding(*f, plan.get());
+        // An info finding states a choice left to the user (ipc: host kept): nothing to fix.
+        if (f->severity != Severity::kInfo && phase(f->code) == ph && Applies(*f, *plan)) PlanFinding(*f, plan.get());
       }
     }
   }

@@ -244,11 +244,20 @@ void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const s
   std::string ipc = IpcMode(s);
   if (mounts_shm) {
     // /dev/shm comes from a mount; a host bind is reported on its own.
+  } else if (ipc == "host" && need.needs && need.gpu_ipc) {
+    // Not a fix to make silently: kept, and said so.
+    auto it = s.keys.find("ipc");
+    Add(r, FindingCode::kIpcHostForShm, Severity::kInfo, s.name, At(it->second.file, it->second.value),
+        "ipc: host kept: it gives the service the host's /dev/shm and IPC namespace, which CUDA IPC and NCCL "
+        "between containers may rely on; shm_size \"" +
+            suggest + "\" instead would take both away (a choice left to you, not made by fix)",
+        "", need.because);
   } else if (ipc == "host" && need.needs) {
     auto it = s.keys.find("ipc");
     Add(r, FindingCode::kIpcHostForShm, Severity::kWarning, s.name, At(it->second.file, it->second.value),
         "ipc: host shares the host's IPC namespace (and /dev/shm) with the container; to get a bigger /dev/shm, "
-        "set shm_size instead",
+        "set shm_size instead (this also takes the container out of the host's IPC namespace: SysV IPC and CUDA "
+        "IPC with processes outside it stop)",
         "shm_size: \"" + suggest + "\"", need.because);
   } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
              !ipc.starts_with("container:") && ipc != "host") {
