@@ -156,6 +156,15 @@ def test_bad_input_is_one_line_exit_2_and_untouched(bins, tmp_path, name):
     assert (f.read_bytes() if f.exists() else None) == before
 
 
+def test_no_service_is_not_ok(bins, tmp_path):
+    """A file with no service (only top-level keys of the compose spec) is
+    not "ok": the check says it found nothing to check."""
+    (tmp_path / "docker-compose.yml").write_text("version: '3.8'\nvolumes:\n  data: {}\n")
+    p = check(bins, tmp_path)
+    assert p.returncode == 0 and "ok" not in p.stdout and "no service found in 1 file(s)" in p.stdout, p.stdout
+    assert json.loads(check(bins, tmp_path, "-o", "json").stdout)["services"] == []
+
+
 def test_usage_errors_exit_2(bins, tmp_path):
     p = run([bins.CLI, "compose", "fix", "--size", "lots"], cwd=CORPUS[0], check=False)
     assert p.returncode == 2 and '--size "lots"' in p.stderr

@@ -96,7 +96,8 @@ struct ComposeCheckOptions {
 };
 
 struct ComposeReport {
-  std::vector<std::string> files;  // what was read, in order
+  std::vector<std::string> files;     // what was read, in order
+  std::vector<std::string> services;  // the services checked (none: the text output says so, never "ok")
   std::string project;
   std::vector<ComposeFinding> findings;
   // Per service: the suggested shm_size and why (services that show a

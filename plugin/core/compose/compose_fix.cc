@@ -90,7 +90,7 @@ class FixPlan {
   // Whether service `svc` is written here as an alias (`svc: *anchor`): a key
   // added to it would go into the anchor, which others may share.
   bool IsAlias(const std::string& svc) const {
-    YAML::Node services = lf_.root["services"];
+    YAML::Node services = ServicesNode(lf_.root);
     if (!services || !services.IsMap()) return false;
     for (const auto& kv : services) {
       if (kv.first.IsScalar() && kv.first.Scalar() == svc && kv.second.IsMap() && !kv.second.Mark().is_null())
@@ -111,7 +111,7 @@ class FixPlan {
 
   std::vector<std::string> Mergers(const std::string& svc) const {
     std::vector<std::string> out;
-    YAML::Node mine = ServiceNode(svc), services = lf_.root["services"];
+    YAML::Node mine = ServiceNode(svc), services = ServicesNode(lf_.root);
     if (!mine || !services || !services.IsMap()) return out;
     for (const auto& kv : services) {
       if (!kv.first.IsScalar() || kv.first.Scalar() == svc || !kv.second.IsMap()) continue;

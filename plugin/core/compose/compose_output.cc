@@ -58,6 +58,7 @@ Json ComposeReportToJson(const ComposeReport& r) {
   return {{"schemaVersion", kJsonSchemaVersion},
           {"files", r.files},
           {"project", r.project},
+          {"services", r.services},
           {"findings", findings},
           {"suggestions", sugg}};
 }
@@ -72,7 +73,11 @@ std::string ComposeReportToText(const ComposeReport& r) {
     if (!x.suggestion.empty()) out << " (fix: " << TermEscape(x.suggestion) << ")";
     out << " [" << FindingCodeName(x.code) << "]\n";
   }
-  if (r.findings.empty()) out << "ok: no /dev/shm problems in " << r.files.size() << " file(s)\n";
+  if (r.findings.empty() && r.services.empty()) {
+    out << "no service found in " << r.files.size() << " file(s): nothing was checked\n";
+  } else if (r.findings.empty()) {
+    out << "ok: no /dev/shm problems in " << r.files.size() << " file(s)\n";
+  }
   return out.str();
 }
 

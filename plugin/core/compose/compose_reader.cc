@@ -36,6 +36,29 @@ std::string Join(const std::string& dir, const std::string& rel) {
   return !rel.empty() && rel[0] == '/' ? rel : dir + "/" + rel;
 }
 
+namespace {
+
+// A compose v1 file: a mapping of mappings, none of its keys one of the
+// compose specification's top-level keys.
+bool IsComposeV1(const YAML::Node& root) {
+  static const std::set<std::string> kTopLevel = {"version", "services", "volumes", "networks",
+                                                  "secrets", "configs",  "name",    "include"};
+  if (!root.IsMap() || root.size() == 0) return false;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar() || kTopLevel.count(kv.first.Scalar()) || kv.first.Scalar().starts_with("x-") ||
+        !kv.second.IsMap())
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+YAML::Node ServicesNode(const YAML::Node& root) {
+  if (IsComposeV1(root)) return root;
+  return root.IsMap() ? root["services"] : YAML::Node();
+}
+
 ComposeFileReader ReaderOf(const ComposeCheckOptions& options) {
   return options.read_file ? options.read_file : ComposeFileReader(ReadComposeFileFromDisk);
 }
@@ -105,7 +128,7 @@ void MergeService(Service* s, const YAML::Node& node, const std::string& file, b
 // The services of one file, each merged on its own (for `extends: {file: ...}`).
 std::map<std::string, Service> ServicesOf(const LoadedFile& lf) {
   std::map<std::string, Service> out;
-  if (YAML::Node services = lf.root["services"]; services && services.IsMap()) {
+  if (YAML::Node services = ServicesNode(lf.root); services && services.IsMap()) {
     for (const auto& kv : services) {
       if (!kv.first.IsScalar()) continue;
       Service& b = out[kv.first.Scalar()];
@@ -256,7 +279,7 @@ void SetProjectName(const ComposeCheckOptions& o, ComposeProject* p) {
 
 // Merges the services of `lf` into `p` (later files override earlier ones).
 void AddServices(const LoadedFile& lf, ComposeProject* p) {
-  YAML::Node services = lf.root["services"];
+  YAML::Node services = ServicesNode(lf.root);
   if (!services || !services.IsMap()) return;
   for (const auto& kv : services) {
     if (!kv.first.IsScalar()) continue;
@@ -283,7 +306,7 @@ Result<LoadedFile> ParseComposeText(const std::string& path, std::string text) {
   size_t budget = 0;
   SHMK_RETURN_IF_ERROR(Validate(f.root, path, 0, &budget));
   if (!f.root.IsMap()) return BadAt(At(path, f.root), "a compose file must be a mapping");
-  YAML::Node services = f.root["services"];
+  YAML::Node services = ServicesNode(f.root);
   if (services && !services.IsMap() && !services.IsNull()) {
     return BadAt(At(path, services), "'services' must be a mapping");
   }

@@ -65,6 +65,11 @@ struct ComposeProject {
   std::map<std::string, std::string> env;  // the options' env, then .env
 };
 
+// The services mapping of a file's root: its `services`, or the root itself
+// in a compose v1 file (no version:, services at the top level, which
+// docker-compose 1.29 still reads). A null node when it has none.
+YAML::Node ServicesNode(const YAML::Node& root);
+
 // Everything the reader requires of a file's text: YAML that parses, no
 // duplicate keys, bounded, a mapping whose services are mappings.
 Result<LoadedFile> ParseComposeText(const std::string& path, std::string text);

@@ -319,7 +319,10 @@ Result<Checked> ReadAndCheck(const ComposeCheckOptions& o) {
     CheckTopLevel(lf, &c.report);
   }
   for (const LoadedFile& lf : c.project.extended) c.report.files.push_back(lf.path);
-  for (const auto& [name, s] : c.project.services) CheckService(s, opts, c.project, &c.report);
+  for (const auto& [name, s] : c.project.services) {
+    c.report.services.push_back(name);
+    CheckService(s, opts, c.project, &c.report);
+  }
   std::stable_sort(
       c.report.findings.begin(), c.report.findings.end(), [](const ComposeFinding& a, const ComposeFinding& b) {
         return std::tie(a.pos.file, a.pos.line, a.pos.column) < std::tie(b.pos.file, b.pos.line, b.pos.column);
