@@ -103,9 +103,18 @@ void MergeKeys(Service* s, const YAML::Node& node, const std::string& file, bool
     if (!kv.first.IsScalar()) continue;
     const std::string& k = kv.first.Scalar();
     if (k == "<<") continue;
+    // compose v2: `key: !reset ...` removes the key, `key: !override ...`
+    // replaces it whole; the earlier files' values of it no longer count.
+    const std::string& tag = kv.second.Tag();
+    if (override_existing && (tag == "!reset" || tag == "!override")) {
+      for (const auto& [f, n] : s->nodes) {
+        if (f != file) s->dropped[k].insert(f);
+      }
+    }
     // Never YAML::Node::operator= onto a held node: that rebinds the node
     // itself, so the earlier file's tree would show the later file's value.
     if (override_existing) s->keys.erase(k);
+    if (tag == "!reset") continue;
     s->keys.try_emplace(k, Entry{kv.first, kv.second, file});
   }
   // YAML merge keys (<<: *anchor or a list of them), as docker-compose reads
@@ -255,8 +264,8 @@ namespace {
 // The project name as compose computes it: -p, then COMPOSE_PROJECT_NAME
 // (environment, then .env), then the last top-level name: (compose v2; v1
 // ignores it), then the project directory's name; "default" when all are empty.
-void SetProjectName(const ComposeCheckOptions& o, ComposeProject* p) {
-  std::string dir_name = NormalizeProjectName(DirName(p->files.front().path));
+void SetProjectName(const ComposeCheckOptions& o, const std::string& first_file, ComposeProject* p) {
+  std::string dir_name = NormalizeProjectName(DirName(first_file));
   p->dir_name = dir_name.empty() ? "default" : dir_name;
   std::string top;
   for (const LoadedFile& lf : p->files) {
@@ -320,6 +329,53 @@ Result<LoadedFile> ParseComposeText(const std::string& path, std::string text) {
   return f;
 }
 
+namespace {
+
+constexpr int kMaxIncludeDepth = 8;
+constexpr size_t kMaxFiles = 64;
+
+// The paths a file's compose v2 `include:` names (a path, or {path: one or
+// a list}), relative to the file's directory.
+Result<std::vector<std::string>> IncludesOf(const LoadedFile& lf) {
+  std::vector<std::string> out;
+  YAML::Node inc = lf.root["include"];
+  if (!inc) return out;
+  if (!inc.IsSequence()) return BadAt(At(lf.path, inc), "include must be a list");
+  for (const auto& item : inc) {
+    YAML::Node path = item.IsMap() ? item["path"] : item;
+    if (path && path.IsScalar()) {
+      out.push_back(Join(DirOf(lf.path), path.Scalar()));
+    } else if (path && path.IsSequence()) {
+      for (const auto& p : path) {
+        if (p.IsScalar()) out.push_back(Join(DirOf(lf.path), p.Scalar()));
+      }
+    } else {
+      return BadAt(At(lf.path, item), "include: each entry must name a path");
+    }
+  }
+  return out;
+}
+
+// Reads `path` and, first, the files it includes (depth-first, each once).
+Status LoadWithIncludes(const std::string& path, const ComposeFileReader& read, ComposeProject* p, int depth) {
+  SHMK_ASSIGN_OR_RETURN(LoadedFile lf, LoadComposeFile(path, read));
+  SHMK_ASSIGN_OR_RETURN(std::vector<std::string> includes, IncludesOf(lf));
+  for (const std::string& inc : includes) {
+    bool known = false;
+    for (const LoadedFile& f : p->files) known = known || f.path == inc;
+    if (known || inc == path) continue;
+    if (depth >= kMaxIncludeDepth || p->files.size() >= kMaxFiles)
+      return BadAt(At(lf.path, lf.root["include"]), "include: too many or too deeply nested files (a cycle?)");
+    Status s = LoadWithIncludes(inc, read, p, depth + 1);
+    if (!s.ok()) return BadAt(At(lf.path, lf.root["include"]), "include: " + s.message());
+  }
+  AddServices(lf, p);
+  p->files.push_back(std::move(lf));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ComposeProject> ReadComposeProject(const ComposeCheckOptions& o) {
   ComposeProject p;
   std::vector<std::string> files = o.files;
@@ -329,12 +385,8 @@ Result<ComposeProject> ReadComposeProject(const ComposeCheckOptions& o) {
   ComposeFileReader read = ReaderOf(o);
   p.env = o.env;
   if (o.read_side_files) LoadDotEnv(DirOf(files.front()), read, &p.env);
-  for (const std::string& f : files) {
-    SHMK_ASSIGN_OR_RETURN(LoadedFile lf, LoadComposeFile(f, read));
-    AddServices(lf, &p);
-    p.files.push_back(std::move(lf));
-  }
-  SetProjectName(o, &p);
+  for (const std::string& f : files) SHMK_RETURN_IF_ERROR(LoadWithIncludes(f, read, &p, 0));
+  SetProjectName(o, files.front(), &p);
   std::map<std::string, Service> resolved = p.services;
   p.extended.reserve(64);  // pointers into it stay valid while extends files are added
   for (auto& [name, s] : resolved) SHMK_RETURN_IF_ERROR(ResolveExtends(&s, p.services, read, &p, 0));

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,14 @@ struct Service {
   std::map<std::string, YAML::Node> nodes;  // file -> the service's mapping there
   // The mappings of the services it extends (file, mapping), nearest first.
   std::vector<std::pair<std::string, YAML::Node>> inherited;
+  // Per key, the files whose value a later file dropped with compose v2's
+  // `!reset` or `!override` tag (yaml-cpp keeps a node's tag in Tag()).
+  std::map<std::string, std::set<std::string>> dropped;
 };
 
 // Everything the reader makes of a project's files.
 struct ComposeProject {
-  std::vector<LoadedFile> files;     // in the order read
+  std::vector<LoadedFile> files;     // in the order read (compose v2's `include:`d files before their includer)
   std::vector<LoadedFile> extended;  // the other files `extends` read, each once
   std::map<std::string, Service> services;
   std::string name;      // the project name as compose computes it (see ReadComposeProject)

@@ -92,6 +92,8 @@ std::vector<std::pair<std::string, YAML::Node>> HostShmBinds(const Service& s) {
   std::vector<std::pair<std::string, YAML::Node>> out;
   std::set<std::pair<std::string, int>> seen;
   for (const auto& [file, node] : WrittenIn(s)) {
+    // A later file's `volumes: !reset` or `!override` drops this file's volumes.
+    if (auto d = s.dropped.find("volumes"); d != s.dropped.end() && d->second.count(file)) continue;
     YAML::Node vols = OwnOrMerged(node, "volumes");
     if (!vols || !vols.IsSequence()) continue;
     for (const auto& item : vols) {
