@@ -200,7 +200,12 @@ Need Evidence(const Service& s, const ComposeCheckOptions& o) {
     const ShmWorkload& w = *m.row;
     std::string name = w.name;
     need.gpu_ipc = need.gpu_ipc || name == "NCCL" || name == "vLLM" || name == "SGLang";
-    add("uses " + std::string(w.name) + " (at 64MiB: " + w.symptom + ")", w.bytes, FloorOf(w), DescribeSign(m.sign));
+    std::string because = DescribeSign(m.sign);
+    if (m.sign.starts_with("pkg:")) {
+      if (auto origin = sig.package_origins.find(m.sign.substr(4)); origin != sig.package_origins.end())
+        because = origin->second + " installs " + origin->first;
+    }
+    add("uses " + std::string(w.name) + " (at 64MiB: " + w.symptom + ")", w.bytes, FloorOf(w), because);
   }
   if (int n = NumWorkers(sig.text)) {
     add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB), n * 128 * kMiB,

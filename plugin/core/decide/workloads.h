@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct WorkloadSignals {
   std::string text;                       // see text:
   std::vector<std::string> base_images;   // more images to match image: and token: (a build's FROM)
   std::vector<std::string> packages;      // see pkg:
+  std::map<std::string, std::string> package_origins;  // package -> where it is installed ("Dockerfile line 12")
   std::vector<std::string> mounts;        // container paths of volumes, see mount:
   std::vector<std::string> ports;         // container ports published or exposed ("5432"), see port:
   std::vector<std::string> health_words;  // the words of the healthcheck's test, see health:

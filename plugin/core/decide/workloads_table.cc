@@ -79,7 +79,7 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        "browsers crash mid-test: \"Target crashed\", \"Page crashed\"",
        "https://playwright.dev/docs/docker",
        {"image:playwright", "image:playwright/python", "image:playwright/java", "image:playwright/dotnet",
-        "cmd:playwright", "env:playwright_browsers_path", "token:playwright", "pkg:playwright",
+        "cmd:playwright", "env:playwright_browsers_path", "token:playwright", "env:playwright_*", "pkg:playwright",
         "pkg:playwright-browsers", "pkg:@playwright/test", "pkg:playwright-chromium", "pkg:playwright-firefox"},
        {}},
       // "run the container with docker run --shm-size=1gb to increase the size of /dev/shm"
@@ -87,7 +87,7 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        1 * kGiB,
        "Chrome dies: \"Page crashed!\", \"Protocol error: Target closed\"",
        "https://pptr.dev/troubleshooting#running-puppeteer-in-docker",
-       {"image:puppeteer", "image:alekzonder/puppeteer", "image:buildkite/puppeteer", "env:puppeteer_executable_path",
+       {"image:puppeteer", "image:alekzonder/puppeteer", "image:buildkite/puppeteer", "env:puppeteer_*",
         "token:puppeteer", "pkg:puppeteer", "pkg:pyppeteer"},
        {"cmd:--disable-dev-shm-usage"}},
       // ---- databases -------------------------------------------------------
@@ -111,7 +111,11 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
         // An in-house name ("warehouse-pg") is also the name of tools
         // ("pg_tileserv", "dbt-postgres"): it counts with a sign of a server.
         "?token:postgres", "?token:postgresql", "?token:pg", "?token:pgsql", "?token:postgis", "?token:timescaledb",
-        "?token:pgvector", "?token:citus", "?token:spilo", "+env:postgres_password", "+env:postgres_user",
+        "?token:pgvector", "?token:citus", "?token:spilo",
+        // The tag names the server where the repository does not ("docker:postgres-17.9-postgis-3.6.2").
+        "?tag:postgres", "?tag:postgresql", "?tag:postgis",
+        // The data path supports an in-house server's name ("sameersbn-postgresql" at /var/lib/postgresql).
+        "+mount:/var/lib/postgresql", "+mount:/var/lib/pgsql", "+env:postgres_password", "+env:postgres_user",
         "+env:postgres_db", "+port:5432", "+health:pg_isready", "-env:postgres_host", "-env:pghost",
         "-env:database_url", "-env:db_host"},
        // Clients and tools named after it, and clients run in its image.
@@ -174,7 +178,10 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        {"prog:mpirun", "prog:mpiexec", "prog:mpiexec.hydra", "prog:orterun", "prog:prterun", "prog:horovodrun",
         "cmd:mpirun", "cmd:mpiexec", "cmd:horovodrun", "image:horovod/horovod", "image:horovod/horovod-cpu",
         "image:mpioperator/openmpi", "image:mpioperator/intel", "image:intel/oneapi-hpckit", "image:openmpi",
-        "image:mpich", "env:ompi_*", "env:i_mpi_*", "env:horovod_*"},
+        "image:mpich", "env:ompi_*", "env:i_mpi_*", "env:horovod_*",
+        // An image that installs an MPI runtime runs ranks.
+        "pkg:openmpi-bin", "pkg:libopenmpi-dev", "pkg:openmpi", "pkg:openmpi-devel", "pkg:mpich", "pkg:libmpich-dev",
+        "pkg:mpich-devel", "pkg:mpi4py"},
        {}},
       // ---- ML --------------------------------------------------------------
       // "--ipc=host or --shm-size": tensor parallel workers talk through /dev/shm.
