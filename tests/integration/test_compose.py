@@ -61,6 +61,42 @@ def test_check_finds_what_is_expected(bins, case):
     assert text.count("(because: ") == sum(1 for f in report["findings"] if f["because"]), text
 
 
+LABELS = json.loads((Path(__file__).parents[1] / "compose" / "labels.json").read_text())
+
+
+def test_corpus_recall_and_strict_precision(bins):
+    """The corpus measurement (tests/compose/README.md): over the services
+    labelled as needing more /dev/shm (labels.json, the workload each runs),
+    recall = found / labelled >= 90 %, strict precision = found with the
+    labelled workload / every service found >= 95 %. A service counts as
+    found when the check suggests a size for a workload it recognised (a
+    host /dev/shm bind alone is no recognition)."""
+    assert sorted(LABELS) == [p.name for p in CORPUS]  # every case is labelled
+    labelled = found = right = 0
+    misses, wrong = [], []
+    for case in CORPUS:
+        report = json.loads(check(bins, case, "-o", "json").stdout)
+        recognised = {svc: s["reason"] for svc, s in report["suggestions"].items()
+                      if s["reason"] != "binds the host's /dev/shm"}
+        labels = LABELS[case.name]
+        labelled += len(labels)
+        found += len(recognised)
+        for svc, workload in labels.items():
+            if svc not in recognised:
+                misses.append(f"{case.name}/{svc}")
+        for svc, reason in recognised.items():
+            if svc in labels and labels[svc] in reason:
+                right += 1
+            else:
+                wrong.append(f"{case.name}/{svc}: {reason}")
+    recall = (labelled - len(misses)) / labelled
+    precision = right / found if found else 1.0
+    print(f"corpus: {len(CORPUS)} projects, {labelled} labelled services, recall {recall:.1%}, "
+          f"strict precision {precision:.1%}; missed {misses}; wrong {wrong}")
+    assert recall >= 0.90, misses
+    assert precision >= 0.95, wrong
+
+
 @pytest.mark.parametrize("case", ["49-web-stack", "22-selenium-grid-sized", "02-pytorch-missing", "05-comments-many"])
 def test_check_json_golden(bins, case):
     """`compose check -o json`, whole, for a stack that needs nothing and for
