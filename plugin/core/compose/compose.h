@@ -134,8 +134,8 @@ struct ComposeFix {
 // invalid or too small sizes, add shm_size where a service needs one, drop a
 // host /dev/shm bind written in the service's own block list (and its
 // volumes key when it was the only entry) for shm_size, turn `ipc: host` into
-// shm_size on its line (not where the finding is info: ipc: host of a
-// service that uses GPUs is kept, a choice). Info findings are never fixed. `size` overrides the suggested sizes. Nothing is
+// shm_size on its line (not where the finding is info: ipc: host that GPU
+// services share is kept, a choice). Info findings are never fixed. `size` overrides the suggested sizes. Nothing is
 // written here.
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
 

@@ -19,7 +19,8 @@ struct Need {
   std::string reason;
   std::string because;  // the signs that fired, in words ("image postgres; deploy reserves GPUs")
   // It reserves GPUs or runs NCCL: CUDA IPC and NCCL between containers may
-  // rely on the host's IPC namespace (ipc: host is then kept, a choice).
+  // rely on the host's IPC namespace (ipc: host shared with another service
+  // is then kept, a choice).
   bool gpu_ipc = false;
   std::string build_torch_tests;  // the build's RUN command that runs PyTorch tests ("" : none)
 };

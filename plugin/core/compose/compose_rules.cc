@@ -240,13 +240,22 @@ std::string DefaultShmText(const Service& s, const ComposeCheckOptions& o) {
   return "Docker gives it a 64MiB /dev/shm";
 }
 
+// Whether another service of the project shares an IPC namespace with `s`'s
+// (ipc: host too, or ipc: service:s).
+bool HasIpcPeer(const Service& s, const ComposeProject& project) {
+  return std::any_of(project.services.begin(), project.services.end(), [&](const auto& kv) {
+    std::string ipc = IpcMode(kv.second);
+    return kv.first != s.name && (ipc == "host" || ipc == "service:" + s.name);
+  });
+}
+
 // A service without shm_size: ipc: host used for its /dev/shm, or no size where it needs one.
 void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const std::string& suggest,
-                    const ComposeCheckOptions& o, ComposeReport* r) {
+                    const ComposeCheckOptions& o, const ComposeProject& project, ComposeReport* r) {
   std::string ipc = IpcMode(s);
   if (mounts_shm) {
     // /dev/shm comes from a mount; a host bind is reported on its own.
-  } else if (ipc == "host" && need.needs && need.gpu_ipc) {
+  } else if (ipc == "host" && need.needs && need.gpu_ipc && HasIpcPeer(s, project)) {
     // Not a fix to make silently: kept, and said so.
     auto it = s.keys.find("ipc");
     Add(r, FindingCode::kIpcHostForShm, Severity::kInfo, s.name, At(it->second.file, it->second.value),
@@ -295,7 +304,7 @@ void CheckService(const Service& s, const ComposeCheckOptions& o, const ComposeP
   if (shm != s.keys.end()) {
     CheckShmSizeValue(s, shm->second, need, suggest, o, r);
   } else {
-    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, o, r);
+    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, o, project, r);
   }
   CheckBuild(s, need, suggest, r);
 }
