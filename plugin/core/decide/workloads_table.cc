@@ -81,7 +81,8 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        {"image:playwright", "image:playwright/python", "image:playwright/java", "image:playwright/dotnet",
         "cmd:playwright", "env:playwright_browsers_path", "token:playwright", "env:playwright_*", "pkg:playwright",
         "pkg:playwright-browsers", "pkg:@playwright/test", "pkg:playwright-chromium", "pkg:playwright-firefox"},
-       {}},
+       {"env:pw_test_connect_ws_endpoint", "env:playwright_ws_endpoint", "env:browser_ws_endpoint",
+        "env:browserless_*"}},
       // "run the container with docker run --shm-size=1gb to increase the size of /dev/shm"
       {"Puppeteer",
        1 * kGiB,
@@ -89,7 +90,9 @@ const std::vector<ShmWorkload>& ShmWorkloads() {
        "https://pptr.dev/troubleshooting#running-puppeteer-in-docker",
        {"image:puppeteer", "image:alekzonder/puppeteer", "image:buildkite/puppeteer", "env:puppeteer_*",
         "token:puppeteer", "pkg:puppeteer", "pkg:pyppeteer"},
-       {"cmd:--disable-dev-shm-usage"}},
+       // A client of a remote browser (browserless, a Chrome's DevTools endpoint) runs none.
+       {"cmd:--disable-dev-shm-usage", "env:browser_ws_endpoint", "env:puppeteer_browser_ws_endpoint",
+        "env:browser_url", "env:browserless_*"}},
       // ---- databases -------------------------------------------------------
       // docker-library's example sets shm_size (128mb) "when using
       // docker-compose"; parallel hash joins want work_mem x workers, and
