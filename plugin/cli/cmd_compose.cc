@@ -186,10 +186,10 @@ Status Check(const ComposeFlags& f, Outcome& outcome) {
     std::cout << ComposeReportToText(r);
   }
   // Info findings state a choice (ipc: host kept), not a problem.
-  outcome.exit_code =
-      std::any_of(r.findings.begin(), r.findings.end(), [](const ComposeFinding& x) { return x.severity != Severity::kInfo; })
-          ? 1
-          : 0;
+  outcome.exit_code = std::any_of(r.findings.begin(), r.findings.end(),
+                                  [](const ComposeFinding& x) { return x.severity != Severity::kInfo; })
+                          ? 1
+                          : 0;
   return Status::Ok();
 }
 

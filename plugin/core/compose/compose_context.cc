@@ -96,9 +96,8 @@ std::string PackageName(std::string p) {
 // `playwright install` as "playwright-browsers".
 void AddInstalls(const std::vector<std::string>& cmd, std::vector<std::string>* pkgs, bool* npm_install,
                  std::vector<std::string>* requirement_files) {
-  static const std::set<std::string> kManagers = {"apt-get", "apt",  "apk",  "dnf",  "yum", "microdnf",
-                                                  "zypper",  "pip",  "pip3", "npm",  "yarn", "pnpm",
-                                                  "bun",     "uv",   "poetry"};
+  static const std::set<std::string> kManagers = {"apt-get", "apt", "apk",  "dnf",  "yum", "microdnf", "zypper", "pip",
+                                                  "pip3",    "npm", "yarn", "pnpm", "bun", "uv",       "poetry"};
   size_t i = 0;
   while (i < cmd.size() && (cmd[i] == "sudo" || cmd[i].find('=') != std::string::npos)) ++i;
   if (i >= cmd.size()) return;

@@ -17,7 +17,7 @@ namespace shmkeeper::compose {
 
 // What the image of a service's build is made of.
 struct BuildInfo {
-  bool found = false;                     // a Dockerfile was read
+  bool found = false;  // a Dockerfile was read
   // The RUN command that runs PyTorch tests ("" : none): pytest or unittest
   // run (not merely installed) in a Dockerfile that names torch.
   std::string torch_tests;

@@ -232,7 +232,8 @@ void PlanReplaceIpcHost(const ComposeFinding& f, const std::string& line, FixPla
       {li, Edit::kReplace, kcol, col + len - kcol, "shm_size: " + Quote(p->SizeFor(f.service)), p->group()});
   p->MarkSized(f.service);
   p->Change(f.pos.ToString() + ": replaced ipc: host of service '" + f.service + "' by shm_size " +
-            p->SizeFor(f.service) + " (it leaves the host's IPC namespace: SysV IPC and CUDA IPC with processes "
+            p->SizeFor(f.service) +
+            " (it leaves the host's IPC namespace: SysV IPC and CUDA IPC with processes "
             "outside the container stop)");
 }
 

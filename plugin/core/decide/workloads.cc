@@ -188,12 +188,19 @@ namespace {
 std::string DescribeOne(const std::string& pattern) {
   size_t colon = pattern.find(':');
   std::string kind = pattern.substr(0, colon), value = pattern.substr(colon + 1);
-  static const std::vector<std::pair<std::string, std::string>> kWords = {
-      {"image", "image "},         {"prog", "runs "},          {"cmd", "its command has "},
-      {"env", "environment "},     {"text", "its settings name "}, {"word", "its settings name "},
-      {"token", "image name has "}, {"tag", "image tag has "},  {"pkg", "the image installs "},
-      {"mount", "a volume at "},   {"port", "port "},          {"health", "its healthcheck runs "},
-      {"client", "the client "}};
+  static const std::vector<std::pair<std::string, std::string>> kWords = {{"image", "image "},
+                                                                          {"prog", "runs "},
+                                                                          {"cmd", "its command has "},
+                                                                          {"env", "environment "},
+                                                                          {"text", "its settings name "},
+                                                                          {"word", "its settings name "},
+                                                                          {"token", "image name has "},
+                                                                          {"tag", "image tag has "},
+                                                                          {"pkg", "the image installs "},
+                                                                          {"mount", "a volume at "},
+                                                                          {"port", "port "},
+                                                                          {"health", "its healthcheck runs "},
+                                                                          {"client", "the client "}};
   for (const auto& [k, words] : kWords) {
     if (k != kind) continue;
     if (kind == "env") {

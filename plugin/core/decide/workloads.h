@@ -61,13 +61,13 @@ struct WorkloadSignals {
   std::vector<std::string> programs;  // first words of command and entrypoint, or argv[0]
   std::vector<std::string> words;     // every word of command and entrypoint, or argv
   std::vector<std::string> env_keys;
-  std::string text;                       // see text:
-  std::vector<std::string> base_images;   // more images to match image: and token: (a build's FROM)
-  std::vector<std::string> packages;      // see pkg:
+  std::string text;                                    // see text:
+  std::vector<std::string> base_images;                // more images to match image: and token: (a build's FROM)
+  std::vector<std::string> packages;                   // see pkg:
   std::map<std::string, std::string> package_origins;  // package -> where it is installed ("Dockerfile line 12")
-  std::vector<std::string> mounts;        // container paths of volumes, see mount:
-  std::vector<std::string> ports;         // container ports published or exposed ("5432"), see port:
-  std::vector<std::string> health_words;  // the words of the healthcheck's test, see health:
+  std::vector<std::string> mounts;                     // container paths of volumes, see mount:
+  std::vector<std::string> ports;                      // container ports published or exposed ("5432"), see port:
+  std::vector<std::string> health_words;               // the words of the healthcheck's test, see health:
 };
 
 // The table, in the order findings name the workloads.
