@@ -136,6 +136,22 @@ bool IsClientOnly(const ShmWorkload& w, const std::string& name, const WorkloadS
                       [&](const char* p) { return std::string(p).starts_with("prog:") && Matches(p, s); });
 }
 
+// A prefix pattern ("?env:puppeteer_*") as the value that matched it
+// ("?env:puppeteer_skip_download"), so that a finding names what is there.
+std::string Concrete(const char* p, const WorkloadSignals& s) {
+  std::string pattern = p;
+  size_t colon = pattern.find(':');
+  if (colon == std::string::npos || !pattern.ends_with('*')) return pattern;
+  std::string kind = pattern.substr(0, colon), value = pattern.substr(colon + 1);
+  if (kind.starts_with("?") || kind.starts_with("+") || kind.starts_with("-")) kind = kind.substr(1);
+  const std::vector<std::string>* values = kind == "env" ? &s.env_keys : kind == "prog" ? &s.programs : nullptr;
+  if (values == nullptr) return pattern;
+  for (const std::string& v : *values) {
+    if (PrefixOrEqual(value, v)) return pattern.substr(0, colon + 1) + v;
+  }
+  return pattern;
+}
+
 }  // namespace
 
 std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& s) {
@@ -149,9 +165,9 @@ std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& s) {
       char c = p[0];
       bool prefixed = c == '?' || c == '+' || c == '-';
       if (!Matches(prefixed ? p + 1 : p, s)) continue;
-      if (!prefixed && strong.empty()) strong = p;
-      if (c == '?') weak.emplace_back(p);
-      if (c == '+') support.emplace_back(p);
+      if (!prefixed && strong.empty()) strong = Concrete(p, s);
+      if (c == '?') weak.push_back(Concrete(p, s));
+      if (c == '+') support.push_back(Concrete(p, s));
       against = against || c == '-';
     }
     ShmWorkloadMatch m{&w, strong, ""};

@@ -82,7 +82,10 @@ std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& signals
 // One row whose evidence the signals show, and why.
 struct ShmWorkloadMatch {
   const ShmWorkload* row = nullptr;
-  std::string sign;        // the evidence pattern that fired ("image:postgres"; weak + support: "?token:pg +port:5432")
+  // The evidence pattern that fired ("image:postgres"; weak + support:
+  // "?token:pg +port:5432"), a prefix pattern as the value it matched
+  // ("env:puppeteer_skip_download" for "env:puppeteer_*").
+  std::string sign;
   std::string stopped_by;  // the unless pattern that excludes the row ("" : the row matches)
 };
 
