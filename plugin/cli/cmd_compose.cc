@@ -185,7 +185,11 @@ Status Check(const ComposeFlags& f, Outcome& outcome) {
   } else {
     std::cout << ComposeReportToText(r);
   }
-  outcome.exit_code = r.findings.empty() ? 0 : 1;
+  // Info findings state a choice (ipc: host kept), not a problem.
+  outcome.exit_code = std::any_of(r.findings.begin(), r.findings.end(),
+                                  [](const ComposeFinding& x) { return x.severity != Severity::kInfo; })
+                          ? 1
+                          : 0;
   return Status::Ok();
 }
 

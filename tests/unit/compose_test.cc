@@ -301,7 +301,7 @@ TEST(Compose, InjectedReaderServesEveryRead) {
       {"p/compose.yml", "services:\n  a:\n    extends: {file: base.yml, service: b}\n    shm_size: ${SZ}\n"},
       {"p/base.yml", "services:\n  b:\n    image: pytorch/pytorch\n    build: .\n"},
       {"p/.env", "SZ=1m\n"},
-      {"p/./Dockerfile", "RUN pip install torch && pytest\n"},
+      {"p/./Dockerfile", "FROM python:3.11\nRUN pip install torch && pytest\n"},
   };
   std::vector<std::string> read;
   ComposeCheckOptions o;

@@ -50,6 +50,7 @@ struct ComposeFinding {
   SourcePos pos;
   std::string message;
   std::string suggestion;  // the fix, in compose syntax
+  std::string because;     // the sign that fired, in words ("image postgres"; "" for a syntax finding)
 };
 
 // Reads one file of at most `max_bytes` for the compose reader. A file over
@@ -95,7 +96,8 @@ struct ComposeCheckOptions {
 };
 
 struct ComposeReport {
-  std::vector<std::string> files;  // what was read, in order
+  std::vector<std::string> files;     // what was read, in order
+  std::vector<std::string> services;  // the services checked (none: the text output says so, never "ok")
   std::string project;
   std::vector<ComposeFinding> findings;
   // Per service: the suggested shm_size and why (services that show a
@@ -116,7 +118,7 @@ Result<ComposeReport> CheckCompose(const ComposeCheckOptions& options);
 Json ComposeReportToJson(const ComposeReport& report);
 
 // The report for humans: one line per finding ("file:line:col: severity:
-// service 'x': message (fix: suggestion) [code]"), or one "ok" line.
+// service 'x': message (because: sign) (fix: suggestion) [code]"), or one "ok" line.
 std::string ComposeReportToText(const ComposeReport& report);
 
 struct ComposeFix {
@@ -132,7 +134,8 @@ struct ComposeFix {
 // invalid or too small sizes, add shm_size where a service needs one, drop a
 // host /dev/shm bind written in the service's own block list (and its
 // volumes key when it was the only entry) for shm_size, turn `ipc: host` into
-// shm_size on its line. `size` overrides the suggested sizes. Nothing is
+// shm_size on its line (not where the finding is info: ipc: host that GPU
+// services share is kept, a choice). Info findings are never fixed. `size` overrides the suggested sizes. Nothing is
 // written here.
 Result<ComposeFix> PlanComposeFix(const ComposeCheckOptions& options, const std::string& file, const std::string& size);
 

@@ -23,7 +23,8 @@ std::string Base(const std::string& path) {
 // One stage of a Dockerfile as far as the image it makes goes.
 struct Stage {
   std::string from, name;
-  std::vector<std::string> env_keys, runs, entrypoint, cmd;
+  std::vector<std::string> env_keys, entrypoint, cmd;
+  std::vector<std::pair<int, std::string>> runs;  // (Dockerfile line, RUN arguments)
   std::vector<std::pair<std::string, std::string>> copies;
   bool has_entrypoint = false, has_cmd = false;
 };
@@ -45,13 +46,21 @@ std::vector<std::string> ExecOrShell(const std::string& args) {
   return {"/bin/sh", "-c", t};
 }
 
-// Dockerfile lines: continuations joined, comments and blank lines dropped,
-// each as (INSTRUCTION upper-cased, arguments).
-std::vector<std::pair<std::string, std::string>> Instructions(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
+struct Instruction {
+  std::string ins;   // upper-cased
+  std::string rest;  // its arguments
+  int line = 0;      // where it starts (1-based)
+};
+
+// Dockerfile lines: continuations joined, comments and blank lines dropped.
+std::vector<Instruction> Instructions(const std::string& text) {
+  std::vector<Instruction> out;
   std::istringstream in(text);
   std::string line, cur;
+  int lineno = 0, start = 1;
   while (std::getline(in, line) && out.size() < 10000) {
+    ++lineno;
+    if (cur.empty()) start = lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     std::string trimmed = line.substr(std::min(line.size(), line.find_first_not_of(" \t")));
     if (trimmed.starts_with("#")) continue;
@@ -65,7 +74,7 @@ std::vector<std::pair<std::string, std::string>> Instructions(const std::string&
       size_t e = cur.find_first_of(" \t\n", b);
       std::string ins = cur.substr(b, e == std::string::npos ? std::string::npos : e - b);
       for (char& c : ins) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      out.emplace_back(ins, e == std::string::npos ? "" : cur.substr(e + 1));
+      out.push_back({ins, e == std::string::npos ? "" : cur.substr(e + 1), start});
     }
     cur.clear();
   }
@@ -87,8 +96,8 @@ std::string PackageName(std::string p) {
 // `playwright install` as "playwright-browsers".
 void AddInstalls(const std::vector<std::string>& cmd, std::vector<std::string>* pkgs, bool* npm_install,
                  std::vector<std::string>* requirement_files) {
-  static const std::set<std::string> kManagers = {"apt-get", "apt",  "apk", "dnf",  "yum",  "microdnf", "zypper",
-                                                  "pip",     "pip3", "npm", "yarn", "pnpm", "uv",       "poetry"};
+  static const std::set<std::string> kManagers = {"apt-get", "apt", "apk",  "dnf",  "yum", "microdnf", "zypper", "pip",
+                                                  "pip3",    "npm", "yarn", "pnpm", "bun", "uv",       "poetry"};
   size_t i = 0;
   while (i < cmd.size() && (cmd[i] == "sudo" || cmd[i].find('=') != std::string::npos)) ++i;
   if (i >= cmd.size()) return;
@@ -115,7 +124,7 @@ void AddInstalls(const std::vector<std::string>& cmd, std::vector<std::string>* 
     const std::string& a = cmd[j];
     if (!installing) {
       installing = a == "install" || a == "add" || a == "i" || a == "ci";
-      if (installing && (prog == "npm" || prog == "yarn" || prog == "pnpm")) *npm_install = true;
+      if (installing && (prog == "npm" || prog == "yarn" || prog == "pnpm" || prog == "bun")) *npm_install = true;
       continue;
     }
     if ((a == "-r" || a == "--requirement") && j + 1 < cmd.size()) {
@@ -125,6 +134,24 @@ void AddInstalls(const std::vector<std::string>& cmd, std::vector<std::string>* 
     }
   }
   if (prog == "yarn" && !installing) *npm_install = true;  // a bare `yarn` installs package.json
+}
+
+// Whether one RUN command runs tests: pytest, py.test or python -m pytest|unittest
+// (`pip install pytest` only installs them).
+bool RunsTests(const std::vector<std::string>& cmd) {
+  size_t i = 0;
+  while (i < cmd.size() && (cmd[i] == "sudo" || cmd[i] == "env" || cmd[i].find('=') != std::string::npos)) ++i;
+  if (i >= cmd.size()) return false;
+  std::string prog = Base(cmd[i]);
+  if (prog == "pytest" || prog == "py.test") return true;
+  return prog.starts_with("python") && i + 2 < cmd.size() && cmd[i + 1] == "-m" &&
+         (cmd[i + 2] == "pytest" || cmd[i + 2] == "unittest");
+}
+
+std::string Joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + w;
+  return out.size() > 80 ? out.substr(0, 77) + "..." : out;
 }
 
 // Reads `path` of the build context through the options' reader.
@@ -153,7 +180,7 @@ void AddRequirements(const std::string& text, std::vector<std::string>* pkgs) {
 // The stages of a Dockerfile, FROM and stage names resolved with its ARGs and `args`.
 std::vector<Stage> Stages(const std::string& text, std::map<std::string, std::string> args) {
   std::vector<Stage> stages;
-  for (const auto& [ins, rest] : Instructions(text)) {
+  for (const auto& [ins, rest, lineno] : Instructions(text)) {
     if (ins == "ARG") {
       std::string a = rest.substr(0, rest.find_first_of(" \t\n"));
       size_t eq = a.find('=');
@@ -194,7 +221,7 @@ std::vector<Stage> Stages(const std::string& text, std::map<std::string, std::st
         for (const std::string& kv : w) st.env_keys.push_back(kv.substr(0, kv.find('=')));
       }
     } else if (ins == "RUN") {
-      st.runs.push_back(rest);
+      st.runs.emplace_back(lineno, rest);
     } else if (ins == "ENTRYPOINT") {
       st.entrypoint = ExecOrShell(rest);
       st.has_entrypoint = true;
@@ -263,9 +290,7 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
   info.context = Join(DirOf(b->second.file), context);
   Result<std::string> text = ReadSide(o, Join(info.context, dockerfile));
   if (!text.ok()) return info;
-  std::string lower = Lower(*text);
-  info.torch_tests = lower.find("torch") != std::string::npos &&
-                     (lower.find("pytest") != std::string::npos || lower.find("unittest") != std::string::npos);
+  bool names_torch = Lower(*text).find("torch") != std::string::npos;
   std::vector<Stage> stages = Stages(*text, args);
   if (stages.empty()) return info;
   const Stage* st = &stages.back();
@@ -280,7 +305,7 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
   for (const std::string& k : st->env_keys) sig->env_keys.push_back(Lower(k));
   bool npm_install = false;
   std::vector<std::string> requirement_files;
-  for (const std::string& run : st->runs) {
+  for (const auto& [lineno, run] : st->runs) {
     std::vector<std::string> words = ShellWords(run, true);
     std::vector<std::string> cmd;
     for (size_t i = 0; i <= words.size(); ++i) {
@@ -290,7 +315,11 @@ BuildInfo ReadBuild(const Service& s, const ComposeCheckOptions& o, WorkloadSign
         cmd.push_back(words[i]);
         continue;
       }
+      size_t before = sig->packages.size();
       AddInstalls(cmd, &sig->packages, &npm_install, &requirement_files);
+      for (size_t j = before; j < sig->packages.size(); ++j)
+        sig->package_origins.try_emplace(sig->packages[j], Base(dockerfile) + " line " + std::to_string(lineno));
+      if (names_torch && info.torch_tests.empty() && RunsTests(cmd)) info.torch_tests = Joined(cmd);
       cmd.clear();
     }
   }

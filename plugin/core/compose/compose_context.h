@@ -17,8 +17,10 @@ namespace shmkeeper::compose {
 
 // What the image of a service's build is made of.
 struct BuildInfo {
-  bool found = false;                     // a Dockerfile was read
-  bool torch_tests = false;               // it runs PyTorch tests (torch and pytest/unittest in it)
+  bool found = false;  // a Dockerfile was read
+  // The RUN command that runs PyTorch tests ("" : none): pytest or unittest
+  // run (not merely installed) in a Dockerfile that names torch.
+  std::string torch_tests;
   std::string context;                    // the build context directory
   std::vector<std::string> entrypoint;    // the final stage's ENTRYPOINT (argv), if any
   std::vector<std::string> cmd;           // and CMD

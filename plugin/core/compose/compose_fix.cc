@@ -90,7 +90,7 @@ class FixPlan {
   // Whether service `svc` is written here as an alias (`svc: *anchor`): a key
   // added to it would go into the anchor, which others may share.
   bool IsAlias(const std::string& svc) const {
-    YAML::Node services = lf_.root["services"];
+    YAML::Node services = ServicesNode(lf_.root);
     if (!services || !services.IsMap()) return false;
     for (const auto& kv : services) {
       if (kv.first.IsScalar() && kv.first.Scalar() == svc && kv.second.IsMap() && !kv.second.Mark().is_null())
@@ -111,7 +111,7 @@ class FixPlan {
 
   std::vector<std::string> Mergers(const std::string& svc) const {
     std::vector<std::string> out;
-    YAML::Node mine = ServiceNode(svc), services = lf_.root["services"];
+    YAML::Node mine = ServiceNode(svc), services = ServicesNode(lf_.root);
     if (!mine || !services || !services.IsMap()) return out;
     for (const auto& kv : services) {
       if (!kv.first.IsScalar() || kv.first.Scalar() == svc || !kv.second.IsMap()) continue;
@@ -232,7 +232,9 @@ void PlanReplaceIpcHost(const ComposeFinding& f, const std::string& line, FixPla
       {li, Edit::kReplace, kcol, col + len - kcol, "shm_size: " + Quote(p->SizeFor(f.service)), p->group()});
   p->MarkSized(f.service);
   p->Change(f.pos.ToString() + ": replaced ipc: host of service '" + f.service + "' by shm_size " +
-            p->SizeFor(f.service));
+            p->SizeFor(f.service) +
+            " (it leaves the host's IPC namespace: SysV IPC and CUDA IPC with processes "
+            "outside the container stop)");
 }
 
 // misplaced-shm-size under deploy: only a one-line scalar under a deploy that
@@ -368,7 +370,8 @@ Result<std::vector<ComposeFix>> PlanFixes(const Checked& c, const std::string& s
   for (int ph : {0, 1, 2}) {
     for (auto& plan : plans) {
       for (const ComposeFinding* f : ordered) {
-        if (phase(f->code) == ph && Applies(*f, *plan)) PlanFinding(*f, plan.get());
+        // An info finding states a choice left to the user (ipc: host kept): nothing to fix.
+        if (f->severity != Severity::kInfo && phase(f->code) == ph && Applies(*f, *plan)) PlanFinding(*f, plan.get());
       }
     }
   }

@@ -50,13 +50,15 @@ Json ComposeReportToJson(const ComposeReport& r) {
                         {"line", f.pos.line},
                         {"column", f.pos.column},
                         {"message", f.message},
-                        {"suggestion", f.suggestion}});
+                        {"suggestion", f.suggestion},
+                        {"because", f.because}});
   }
   Json sugg = Json::object();
   for (const auto& [svc, v] : r.suggestions) sugg[svc] = {{"shmSize", v.first}, {"reason", v.second}};
   return {{"schemaVersion", kJsonSchemaVersion},
           {"files", r.files},
           {"project", r.project},
+          {"services", r.services},
           {"findings", findings},
           {"suggestions", sugg}};
 }
@@ -67,10 +69,15 @@ std::string ComposeReportToText(const ComposeReport& r) {
     // Service names and values come from compose files (possibly downloaded): escaped for the terminal.
     out << TermEscape(x.pos.ToString()) << ": " << SeverityName(x.severity) << ": "
         << TermEscape((x.service.empty() ? "" : "service '" + x.service + "': ") + x.message);
+    if (!x.because.empty()) out << " (because: " << TermEscape(x.because) << ")";
     if (!x.suggestion.empty()) out << " (fix: " << TermEscape(x.suggestion) << ")";
     out << " [" << FindingCodeName(x.code) << "]\n";
   }
-  if (r.findings.empty()) out << "ok: no /dev/shm problems in " << r.files.size() << " file(s)\n";
+  if (r.findings.empty() && r.services.empty()) {
+    out << "no service found in " << r.files.size() << " file(s): nothing was checked\n";
+  } else if (r.findings.empty()) {
+    out << "ok: no /dev/shm problems in " << r.files.size() << " file(s)\n";
+  }
   return out.str();
 }
 

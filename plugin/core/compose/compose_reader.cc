@@ -36,6 +36,29 @@ std::string Join(const std::string& dir, const std::string& rel) {
   return !rel.empty() && rel[0] == '/' ? rel : dir + "/" + rel;
 }
 
+namespace {
+
+// A compose v1 file: a mapping of mappings, none of its keys one of the
+// compose specification's top-level keys.
+bool IsComposeV1(const YAML::Node& root) {
+  static const std::set<std::string> kTopLevel = {"version", "services", "volumes", "networks",
+                                                  "secrets", "configs",  "name",    "include"};
+  if (!root.IsMap() || root.size() == 0) return false;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar() || kTopLevel.count(kv.first.Scalar()) || kv.first.Scalar().starts_with("x-") ||
+        !kv.second.IsMap())
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+YAML::Node ServicesNode(const YAML::Node& root) {
+  if (IsComposeV1(root)) return root;
+  return root.IsMap() ? root["services"] : YAML::Node();
+}
+
 ComposeFileReader ReaderOf(const ComposeCheckOptions& options) {
   return options.read_file ? options.read_file : ComposeFileReader(ReadComposeFileFromDisk);
 }
@@ -80,9 +103,18 @@ void MergeKeys(Service* s, const YAML::Node& node, const std::string& file, bool
     if (!kv.first.IsScalar()) continue;
     const std::string& k = kv.first.Scalar();
     if (k == "<<") continue;
+    // compose v2: `key: !reset ...` removes the key, `key: !override ...`
+    // replaces it whole; the earlier files' values of it no longer count.
+    const std::string& tag = kv.second.Tag();
+    if (override_existing && (tag == "!reset" || tag == "!override")) {
+      for (const auto& [f, n] : s->nodes) {
+        if (f != file) s->dropped[k].insert(f);
+      }
+    }
     // Never YAML::Node::operator= onto a held node: that rebinds the node
     // itself, so the earlier file's tree would show the later file's value.
     if (override_existing) s->keys.erase(k);
+    if (tag == "!reset") continue;
     s->keys.try_emplace(k, Entry{kv.first, kv.second, file});
   }
   // YAML merge keys (<<: *anchor or a list of them), as docker-compose reads
@@ -105,7 +137,7 @@ void MergeService(Service* s, const YAML::Node& node, const std::string& file, b
 // The services of one file, each merged on its own (for `extends: {file: ...}`).
 std::map<std::string, Service> ServicesOf(const LoadedFile& lf) {
   std::map<std::string, Service> out;
-  if (YAML::Node services = lf.root["services"]; services && services.IsMap()) {
+  if (YAML::Node services = ServicesNode(lf.root); services && services.IsMap()) {
     for (const auto& kv : services) {
       if (!kv.first.IsScalar()) continue;
       Service& b = out[kv.first.Scalar()];
@@ -232,8 +264,8 @@ namespace {
 // The project name as compose computes it: -p, then COMPOSE_PROJECT_NAME
 // (environment, then .env), then the last top-level name: (compose v2; v1
 // ignores it), then the project directory's name; "default" when all are empty.
-void SetProjectName(const ComposeCheckOptions& o, ComposeProject* p) {
-  std::string dir_name = NormalizeProjectName(DirName(p->files.front().path));
+void SetProjectName(const ComposeCheckOptions& o, const std::string& first_file, ComposeProject* p) {
+  std::string dir_name = NormalizeProjectName(DirName(first_file));
   p->dir_name = dir_name.empty() ? "default" : dir_name;
   std::string top;
   for (const LoadedFile& lf : p->files) {
@@ -256,7 +288,7 @@ void SetProjectName(const ComposeCheckOptions& o, ComposeProject* p) {
 
 // Merges the services of `lf` into `p` (later files override earlier ones).
 void AddServices(const LoadedFile& lf, ComposeProject* p) {
-  YAML::Node services = lf.root["services"];
+  YAML::Node services = ServicesNode(lf.root);
   if (!services || !services.IsMap()) return;
   for (const auto& kv : services) {
     if (!kv.first.IsScalar()) continue;
@@ -283,7 +315,7 @@ Result<LoadedFile> ParseComposeText(const std::string& path, std::string text) {
   size_t budget = 0;
   SHMK_RETURN_IF_ERROR(Validate(f.root, path, 0, &budget));
   if (!f.root.IsMap()) return BadAt(At(path, f.root), "a compose file must be a mapping");
-  YAML::Node services = f.root["services"];
+  YAML::Node services = ServicesNode(f.root);
   if (services && !services.IsMap() && !services.IsNull()) {
     return BadAt(At(path, services), "'services' must be a mapping");
   }
@@ -297,6 +329,53 @@ Result<LoadedFile> ParseComposeText(const std::string& path, std::string text) {
   return f;
 }
 
+namespace {
+
+constexpr int kMaxIncludeDepth = 8;
+constexpr size_t kMaxFiles = 64;
+
+// The paths a file's compose v2 `include:` names (a path, or {path: one or
+// a list}), relative to the file's directory.
+Result<std::vector<std::string>> IncludesOf(const LoadedFile& lf) {
+  std::vector<std::string> out;
+  YAML::Node inc = lf.root["include"];
+  if (!inc) return out;
+  if (!inc.IsSequence()) return BadAt(At(lf.path, inc), "include must be a list");
+  for (const auto& item : inc) {
+    YAML::Node path = item.IsMap() ? item["path"] : item;
+    if (path && path.IsScalar()) {
+      out.push_back(Join(DirOf(lf.path), path.Scalar()));
+    } else if (path && path.IsSequence()) {
+      for (const auto& p : path) {
+        if (p.IsScalar()) out.push_back(Join(DirOf(lf.path), p.Scalar()));
+      }
+    } else {
+      return BadAt(At(lf.path, item), "include: each entry must name a path");
+    }
+  }
+  return out;
+}
+
+// Reads `path` and, first, the files it includes (depth-first, each once).
+Status LoadWithIncludes(const std::string& path, const ComposeFileReader& read, ComposeProject* p, int depth) {
+  SHMK_ASSIGN_OR_RETURN(LoadedFile lf, LoadComposeFile(path, read));
+  SHMK_ASSIGN_OR_RETURN(std::vector<std::string> includes, IncludesOf(lf));
+  for (const std::string& inc : includes) {
+    bool known = false;
+    for (const LoadedFile& f : p->files) known = known || f.path == inc;
+    if (known || inc == path) continue;
+    if (depth >= kMaxIncludeDepth || p->files.size() >= kMaxFiles)
+      return BadAt(At(lf.path, lf.root["include"]), "include: too many or too deeply nested files (a cycle?)");
+    Status s = LoadWithIncludes(inc, read, p, depth + 1);
+    if (!s.ok()) return BadAt(At(lf.path, lf.root["include"]), "include: " + s.message());
+  }
+  AddServices(lf, p);
+  p->files.push_back(std::move(lf));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ComposeProject> ReadComposeProject(const ComposeCheckOptions& o) {
   ComposeProject p;
   std::vector<std::string> files = o.files;
@@ -306,12 +385,8 @@ Result<ComposeProject> ReadComposeProject(const ComposeCheckOptions& o) {
   ComposeFileReader read = ReaderOf(o);
   p.env = o.env;
   if (o.read_side_files) LoadDotEnv(DirOf(files.front()), read, &p.env);
-  for (const std::string& f : files) {
-    SHMK_ASSIGN_OR_RETURN(LoadedFile lf, LoadComposeFile(f, read));
-    AddServices(lf, &p);
-    p.files.push_back(std::move(lf));
-  }
-  SetProjectName(o, &p);
+  for (const std::string& f : files) SHMK_RETURN_IF_ERROR(LoadWithIncludes(f, read, &p, 0));
+  SetProjectName(o, files.front(), &p);
   std::map<std::string, Service> resolved = p.services;
   p.extended.reserve(64);  // pointers into it stay valid while extends files are added
   for (auto& [name, s] : resolved) SHMK_RETURN_IF_ERROR(ResolveExtends(&s, p.services, read, &p, 0));

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,17 +54,25 @@ struct Service {
   std::map<std::string, YAML::Node> nodes;  // file -> the service's mapping there
   // The mappings of the services it extends (file, mapping), nearest first.
   std::vector<std::pair<std::string, YAML::Node>> inherited;
+  // Per key, the files whose value a later file dropped with compose v2's
+  // `!reset` or `!override` tag (yaml-cpp keeps a node's tag in Tag()).
+  std::map<std::string, std::set<std::string>> dropped;
 };
 
 // Everything the reader makes of a project's files.
 struct ComposeProject {
-  std::vector<LoadedFile> files;     // in the order read
+  std::vector<LoadedFile> files;     // in the order read (compose v2's `include:`d files before their includer)
   std::vector<LoadedFile> extended;  // the other files `extends` read, each once
   std::map<std::string, Service> services;
   std::string name;      // the project name as compose computes it (see ReadComposeProject)
   std::string dir_name;  // the project directory's name, normalised (compose v1's name when name: is set)
   std::map<std::string, std::string> env;  // the options' env, then .env
 };
+
+// The services mapping of a file's root: its `services`, or the root itself
+// in a compose v1 file (no version:, services at the top level, which
+// docker-compose 1.29 still reads). A null node when it has none.
+YAML::Node ServicesNode(const YAML::Node& root);
 
 // Everything the reader requires of a file's text: YAML that parses, no
 // duplicate keys, bounded, a mapping whose services are mappings.

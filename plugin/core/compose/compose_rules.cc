@@ -1,13 +1,11 @@
 #include "compose/compose_rules.h"
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 #include <tuple>
 
 #include "base/bytes.h"
-#include "compose/compose_context.h"
-#include "decide/workloads.h"
+#include "compose/compose_evidence.h"
 
 namespace shmkeeper {
 namespace compose {
@@ -21,202 +19,6 @@ bool IsShmSizeMisspelling(const std::string& key) {
     if (c != '-' && c != '_' && c != ' ') k += c;
   }
   return k == "shmsize";
-}
-
-// Every scalar under `n`, lower-cased, joined (bounded). URLs are left out:
-// "http://vllm:8000" names a service the container talks to, not one it runs.
-void Flatten(const YAML::Node& n, std::string* out, int depth = 0) {
-  if (depth > 16 || out->size() > 65536) return;
-  if (n.IsScalar() && n.Scalar().find("://") != std::string::npos) return;
-  if (n.IsScalar()) {
-    *out += Lower(n.Scalar());
-    *out += ' ';
-  } else if (n.IsMap()) {
-    for (const auto& kv : n) {
-      Flatten(kv.first, out, depth + 1);
-      Flatten(kv.second, out, depth + 1);
-    }
-  } else if (n.IsSequence()) {
-    for (const auto& item : n) Flatten(item, out, depth + 1);
-  }
-}
-
-struct Need {
-  bool needs = false;
-  int64_t bytes = 0;  // the size to suggest
-  int64_t floor = 0;  // an explicit shm_size below this is too small
-  std::string reason;
-  bool build_torch_tests = false;  // the build's Dockerfile runs PyTorch tests
-};
-
-bool HasGpu(const Service& s) {
-  auto rt = s.keys.find("runtime");
-  if (rt != s.keys.end() && rt->second.value.IsScalar() && rt->second.value.Scalar() == "nvidia") return true;
-  auto dep = s.keys.find("deploy");
-  if (dep == s.keys.end()) return false;
-  std::string blob;
-  Flatten(dep->second.value, &blob);
-  return blob.find("gpu") != std::string::npos || blob.find("nvidia") != std::string::npos;
-}
-
-int NumWorkers(const std::string& blob) {
-  for (const char* key : {"num_workers", "num-workers", "numworkers"}) {
-    size_t at = blob.find(key);
-    if (at == std::string::npos) continue;
-    size_t p = at + std::string(key).size();
-    while (p < blob.size() && (blob[p] == '=' || blob[p] == ' ' || blob[p] == ':' || blob[p] == '"')) ++p;
-    int n = 0;
-    while (p < blob.size() && std::isdigit(static_cast<unsigned char>(blob[p])) && n < 100000)
-      n = n * 10 + (blob[p++] - '0');
-    if (n > 0) return n;
-  }
-  return 0;
-}
-
-// The container paths of the service's volumes.
-std::vector<std::string> MountTargets(const Service& s) {
-  std::vector<std::string> out;
-  auto vols = s.keys.find("volumes");
-  if (vols == s.keys.end() || !vols->second.value.IsSequence()) return out;
-  for (const auto& item : vols->second.value) {
-    if (item.IsScalar()) {
-      const std::string& t = item.Scalar();
-      size_t c1 = t.find(':');
-      if (c1 == std::string::npos) {
-        out.push_back(t);
-        continue;
-      }
-      size_t c2 = t.find(':', c1 + 1);
-      out.push_back(t.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1));
-    } else if (item.IsMap() && item["target"] && item["target"].IsScalar()) {
-      out.push_back(item["target"].Scalar());
-    }
-  }
-  return out;
-}
-
-// The container side of the service's ports and expose ("8080:5432/tcp" -> "5432").
-std::vector<std::string> ContainerPorts(const Service& s) {
-  std::vector<std::string> out;
-  for (const char* key : {"ports", "expose"}) {
-    auto it = s.keys.find(key);
-    if (it == s.keys.end() || !it->second.value.IsSequence()) continue;
-    for (const auto& item : it->second.value) {
-      std::string p;
-      if (item.IsScalar()) {
-        p = item.Scalar();
-        p = p.substr(p.rfind(':') == std::string::npos ? 0 : p.rfind(':') + 1);
-      } else if (item.IsMap() && item["target"] && item["target"].IsScalar()) {
-        p = item["target"].Scalar();
-      }
-      out.push_back(p.substr(0, p.find('/')));
-    }
-  }
-  return out;
-}
-
-void AddEnvKeys(const YAML::Node& env, WorkloadSignals* sig) {
-  for (const auto& item : env) {
-    if (env.IsMap() && item.first.IsScalar()) sig->env_keys.push_back(Lower(item.first.Scalar()));
-    if (env.IsSequence() && item.IsScalar()) {
-      sig->env_keys.push_back(Lower(item.Scalar().substr(0, item.Scalar().find('='))));
-    }
-  }
-}
-
-// What a service shows of itself to the workload table (workloads.h), layer
-// by layer: its image (interpolated) and every scalar of image, command,
-// entrypoint, environment, build, working_dir and labels; the argv it runs
-// (entrypoint + command, else the image's or its build's), seen through
-// shells and wrappers; the scripts that argv names (from a volume or the
-// build context); its build (FROM, ENV, installed packages); the image's
-// config when the engine has it (Entrypoint, Cmd, Env, labels); its mounts.
-WorkloadSignals Signals(const Service& s, const ComposeCheckOptions& o, bool* torch_tests) {
-  WorkloadSignals sig;
-  for (const char* k : {"image", "command", "entrypoint", "environment", "build", "working_dir", "labels"}) {
-    auto it = s.keys.find(k);
-    if (it != s.keys.end()) Flatten(it->second.value, &sig.text);
-  }
-  std::string image;
-  if (auto it = s.keys.find("image"); it != s.keys.end() && it->second.value.IsScalar()) {
-    Result<std::string> v = Interpolate(it->second.value.Scalar(), o.env);
-    image = v.ok() ? *v : it->second.value.Scalar();
-    sig.image = Lower(image);
-    sig.text += sig.image + ' ';
-  }
-  BuildInfo build = ReadBuild(s, o, &sig);
-  *torch_tests = build.torch_tests;
-  std::optional<ComposeImageConfig> config;
-  if (o.inspect_image && !image.empty()) config = o.inspect_image(image);
-  auto entry_it = s.keys.find("entrypoint"), cmd_it = s.keys.find("command");
-  std::vector<std::string> entry, cmd;
-  if (entry_it != s.keys.end()) {
-    entry = ArgvOf(entry_it->second.value, o.env);
-  } else if (config) {
-    entry = config->entrypoint;
-  } else {
-    entry = build.entrypoint;
-  }
-  if (cmd_it != s.keys.end()) {
-    cmd = ArgvOf(cmd_it->second.value, o.env);
-  } else if (entry_it == s.keys.end()) {  // compose: an entrypoint of the service drops the image's CMD
-    cmd = config ? config->cmd : build.cmd;
-  }
-  std::vector<std::string> argv = entry;
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  AddArgv(argv, &sig);
-  AddScripts(s, build, argv, o, &sig);
-  AddTestPackages(s, build, o, &sig);
-  if (!entry.empty() && !cmd.empty()) AddScripts(s, build, cmd, o, &sig);
-  if (auto env = s.keys.find("environment"); env != s.keys.end()) AddEnvKeys(env->second.value, &sig);
-  if (config) {
-    for (const std::string& kv : config->env) sig.env_keys.push_back(Lower(kv.substr(0, kv.find('='))));
-    for (const auto& [k, v] : config->labels) {
-      if (k == "org.opencontainers.image.base.name") sig.base_images.push_back(Lower(v));
-    }
-  }
-  sig.mounts = MountTargets(s);
-  sig.ports = ContainerPorts(s);
-  if (auto hc = s.keys.find("healthcheck"); hc != s.keys.end() && hc->second.value.IsMap()) {
-    if (YAML::Node test = hc->second.value["test"]; test) {
-      WorkloadSignals h;
-      AddArgv(ArgvOf(test, o.env), &h);
-      sig.health_words = h.words;
-    }
-  }
-  return sig;
-}
-
-// The least /dev/shm a workload of the table runs with (below it, an explicit
-// shm_size is flagged): where its page says it fails, else a conservative
-// fraction of what the page asks for, so a size people run with is not flagged.
-int64_t FloorOf(const ShmWorkload& w) {
-  std::string name = w.name;
-  if (name == "PostgreSQL") return 128 * kMiB;     // the official image's compose example
-  if (name == "Oracle Database") return 1 * kGiB;  // runOracle.sh refuses less
-  if (name == "Chrome/Chromium" || name == "Firefox" || name == "Playwright" || name == "Puppeteer" || name == "Ray")
-    return 512 * kMiB;
-  if (name == "vLLM" || name == "SGLang" || name == "NCCL" || name == "Text Generation Inference") return 1 * kGiB;
-  return 256 * kMiB;  // MPI, Triton, PyTorch, TensorFlow, DALI, Jupyter
-}
-
-// Which workloads of the table a service shows, and the size that serves them.
-Need Evidence(const Service& s, const ComposeCheckOptions& o) {
-  Need need;
-  WorkloadSignals sig = Signals(s, o, &need.build_torch_tests);
-  auto add = [&](const std::string& why, int64_t bytes, int64_t floor) {
-    need.needs = true;
-    need.bytes = std::max(need.bytes, bytes);
-    need.floor = std::max(need.floor, floor);
-    need.reason += (need.reason.empty() ? "" : ", ") + why;
-  };
-  for (const ShmWorkload* w : MatchShmWorkloads(sig)) {
-    add("uses " + std::string(w->name) + " (at 64MiB: " + w->symptom + ")", w->bytes, FloorOf(*w));
-  }
-  if (int n = NumWorkers(sig.text))
-    add("num_workers=" + std::to_string(n), std::max<int64_t>(2 * kGiB, n * 512 * kMiB), n * 128 * kMiB);
-  if (HasGpu(s)) add("reserves GPUs", 8 * kGiB, 0);
-  return need;
 }
 
 bool IsShmPath(std::string path) {
@@ -290,6 +92,8 @@ std::vector<std::pair<std::string, YAML::Node>> HostShmBinds(const Service& s) {
   std::vector<std::pair<std::string, YAML::Node>> out;
   std::set<std::pair<std::string, int>> seen;
   for (const auto& [file, node] : WrittenIn(s)) {
+    // A later file's `volumes: !reset` or `!override` drops this file's volumes.
+    if (auto d = s.dropped.find("volumes"); d != s.dropped.end() && d->second.count(file)) continue;
     YAML::Node vols = OwnOrMerged(node, "volumes");
     if (!vols || !vols.IsSequence()) continue;
     for (const auto& item : vols) {
@@ -310,8 +114,9 @@ std::string IpcMode(const Service& s) {
 }
 
 void Add(ComposeReport* r, FindingCode code, Severity sev, std::string service, SourcePos pos, std::string msg,
-         std::string suggestion) {
-  r->findings.push_back({code, sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion)});
+         std::string suggestion, std::string because = "") {
+  r->findings.push_back(
+      {code, sev, std::move(service), std::move(pos), std::move(msg), std::move(suggestion), std::move(because)});
 }
 
 // Misplaced or misspelled shm keys inside `map` (a service, its deploy or environment).
@@ -375,31 +180,13 @@ void CheckServiceKeys(const Service& s, ComposeReport* r) {
   for (const auto& [file, node] : WrittenIn(s)) CheckMappingKeys(node, file, s.name, r, 0);
 }
 
-// The evidence of the service, raised to twice its measured peak (whole GiB) when that is more.
-Need NeedOf(const Service& s, const ComposeCheckOptions& o, const ComposeProject& project) {
-  Need need = Evidence(s, o);
-  auto measured = o.measured.find(project.name + "/" + s.name);
-  // compose v1 ignores a top-level name: and names the project after its directory.
-  if (measured == o.measured.end()) measured = o.measured.find(project.dir_name + "/" + s.name);
-  if (measured != o.measured.end() && measured->second > 0) {
-    int64_t want = (2 * measured->second + kGiB - 1) / kGiB * kGiB;
-    if (want > need.bytes) {
-      need.bytes = want;
-      need.reason += (need.reason.empty() ? "" : ", ") + std::string("measured peak ") + FormatSize(measured->second);
-      need.needs = true;
-    }
-    need.floor = std::max(need.floor, measured->second);
-  }
-  return need;
-}
-
 void CheckHostBinds(const Service& s, const std::vector<std::pair<std::string, YAML::Node>>& binds,
                     const std::string& suggest, ComposeReport* r) {
   for (const auto& [file, item] : binds) {
     Add(r, FindingCode::kHostShmBind, Severity::kWarning, s.name, At(file, item),
         "binds the host's /dev/shm: the container sees every host segment, has no limit and its files outlive it; "
         "set shm_size instead",
-        "shm_size: \"" + suggest + "\"");
+        "shm_size: \"" + suggest + "\"", "a volume binds the host's /dev/shm at /dev/shm");
   }
 }
 
@@ -429,12 +216,12 @@ void CheckShmSizeValue(const Service& s, const Entry& e, const Need& need, const
     Add(r, FindingCode::kSizeTooSmall, Severity::kWarning, s.name, At(e.file, e.value),
         "shm_size " + FormatSize(*bytes) + " is below " + FormatSize(o.min_bytes) + " for a service that " +
             need.reason,
-        suggest);
+        suggest, need.because);
   } else if (*bytes < need.floor && need.needs) {
     Add(r, FindingCode::kSizeTooSmall, Severity::kWarning, s.name, At(e.file, e.value),
         "shm_size " + FormatSize(*bytes) + " is below the " + FormatSize(need.floor) +
             " it needs at least: the service " + need.reason,
-        suggest);
+        suggest, need.because);
   }
 }
 
@@ -453,32 +240,51 @@ std::string DefaultShmText(const Service& s, const ComposeCheckOptions& o) {
   return "Docker gives it a 64MiB /dev/shm";
 }
 
+// Whether another service of the project shares an IPC namespace with `s`'s
+// (ipc: host too, or ipc: service:s).
+bool HasIpcPeer(const Service& s, const ComposeProject& project) {
+  return std::any_of(project.services.begin(), project.services.end(), [&](const auto& kv) {
+    std::string ipc = IpcMode(kv.second);
+    return kv.first != s.name && (ipc == "host" || ipc == "service:" + s.name);
+  });
+}
+
 // A service without shm_size: ipc: host used for its /dev/shm, or no size where it needs one.
 void CheckNoShmSize(const Service& s, const Need& need, bool mounts_shm, const std::string& suggest,
-                    const ComposeCheckOptions& o, ComposeReport* r) {
+                    const ComposeCheckOptions& o, const ComposeProject& project, ComposeReport* r) {
   std::string ipc = IpcMode(s);
   if (mounts_shm) {
     // /dev/shm comes from a mount; a host bind is reported on its own.
+  } else if (ipc == "host" && need.needs && need.gpu_ipc && HasIpcPeer(s, project)) {
+    // Not a fix to make silently: kept, and said so.
+    auto it = s.keys.find("ipc");
+    Add(r, FindingCode::kIpcHostForShm, Severity::kInfo, s.name, At(it->second.file, it->second.value),
+        "ipc: host kept: it gives the service the host's /dev/shm and IPC namespace, which CUDA IPC and NCCL "
+        "between containers may rely on; shm_size \"" +
+            suggest + "\" instead would take both away (a choice left to you, not made by fix)",
+        "", need.because);
   } else if (ipc == "host" && need.needs) {
     auto it = s.keys.find("ipc");
     Add(r, FindingCode::kIpcHostForShm, Severity::kWarning, s.name, At(it->second.file, it->second.value),
         "ipc: host shares the host's IPC namespace (and /dev/shm) with the container; to get a bigger /dev/shm, "
-        "set shm_size instead",
-        "shm_size: \"" + suggest + "\"");
+        "set shm_size instead (this also takes the container out of the host's IPC namespace: SysV IPC and CUDA "
+        "IPC with processes outside it stop)",
+        "shm_size: \"" + suggest + "\"", need.because);
   } else if (need.needs && !HasMisspelledShmSize(s) && ipc != "shareable" && !ipc.starts_with("service:") &&
              !ipc.starts_with("container:") && ipc != "host") {
     Add(r, FindingCode::kMissingShmSize, Severity::kWarning, s.name, s.pos,
-        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o), "shm_size: \"" + suggest + "\"");
+        "service " + need.reason + " but sets no shm_size: " + DefaultShmText(s, o), "shm_size: \"" + suggest + "\"",
+        need.because);
   }
 }
 
 void CheckBuild(const Service& s, const Need& need, const std::string& suggest, ComposeReport* r) {
   auto build = s.keys.find("build");
-  if (build != s.keys.end() && need.build_torch_tests &&
+  if (build != s.keys.end() && !need.build_torch_tests.empty() &&
       !(build->second.value.IsMap() && build->second.value["shm_size"])) {
     Add(r, FindingCode::kBuildShmSize, Severity::kWarning, s.name, At(build->second.file, build->second.key),
         "the build runs PyTorch tests but build.shm_size is not set: RUN steps get a 64MiB /dev/shm",
-        "build.shm_size: \"" + suggest + "\"");
+        "build.shm_size: \"" + suggest + "\"", "the Dockerfile runs `" + need.build_torch_tests + "`");
   }
 }
 
@@ -498,7 +304,7 @@ void CheckService(const Service& s, const ComposeCheckOptions& o, const ComposeP
   if (shm != s.keys.end()) {
     CheckShmSizeValue(s, shm->second, need, suggest, o, r);
   } else {
-    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, o, r);
+    CheckNoShmSize(s, need, !binds.empty() || HasShmTmpfs(s), suggest, o, project, r);
   }
   CheckBuild(s, need, suggest, r);
 }
@@ -524,7 +330,10 @@ Result<Checked> ReadAndCheck(const ComposeCheckOptions& o) {
     CheckTopLevel(lf, &c.report);
   }
   for (const LoadedFile& lf : c.project.extended) c.report.files.push_back(lf.path);
-  for (const auto& [name, s] : c.project.services) CheckService(s, opts, c.project, &c.report);
+  for (const auto& [name, s] : c.project.services) {
+    c.report.services.push_back(name);
+    CheckService(s, opts, c.project, &c.report);
+  }
   std::stable_sort(
       c.report.findings.begin(), c.report.findings.end(), [](const ComposeFinding& a, const ComposeFinding& b) {
         return std::tie(a.pos.file, a.pos.line, a.pos.column) < std::tie(b.pos.file, b.pos.line, b.pos.column);

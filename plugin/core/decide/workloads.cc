@@ -5,256 +5,40 @@
 #include <set>
 #include <string_view>
 
-#include "base/bytes.h"
-
 namespace shmkeeper {
 
-// To add a workload: one row, with the page that recommends its size. The
-// size is what the page asks for (or, where it only says "--ipc=host", the
-// figure of the nearest project that names one); sizes are limits, and a
-// tmpfs costs nothing until it is written.
-const std::vector<ShmWorkload>& ShmWorkloads() {
-  static const std::vector<ShmWorkload> kTable = {
-      // ---- browsers --------------------------------------------------------
-      {"Chrome/Chromium",
-       2 * kGiB,
-       "tabs crash: \"session deleted because of page crash\", \"Page crashed!\"",
-       // "--shm-size=2g ... When executing docker run for an image that contains a browser"
-       "https://github.com/SeleniumHQ/docker-selenium#--shm-size2g",
-       {"image:selenium/node-chrome",
-        "image:selenium/node-chromium",
-        "image:selenium/standalone-chrome",
-        "image:selenium/standalone-chromium",
-        "image:selenium/node-chrome-debug",
-        "image:selenium/standalone-chrome-debug",
-        "image:selenium/node-edge",
-        "image:selenium/standalone-edge",
-        "image:seleniarm/node-chromium",
-        "image:seleniarm/standalone-chromium",
-        "image:browserless/chrome",
-        "image:browserless/chromium",
-        "image:chromedp/headless-shell",
-        "image:zenika/alpine-chrome",
-        "image:justinribeiro/chrome-headless",
-        "image:cypress/included",
-        "image:cypress/browsers",
-        "prog:google-chrome",
-        "prog:google-chrome-stable",
-        "prog:chrome",
-        "prog:chromium",
-        "prog:chromium-browser",
-        "prog:headless_shell",
-        "prog:microsoft-edge",
-        "cmd:chromedriver",
-        "env:chrome_bin",
-        "env:chrome_path",
-        "token:chrome",
-        "token:chromium",
-        "token:headless+chrome",
-        "token:browserless",
-        "pkg:chromium",
-        "pkg:chromium-browser",
-        "pkg:chromium-headless-shell",
-        "pkg:chromium-driver",
-        "pkg:chromium-chromedriver",
-        "pkg:google-chrome-stable",
-        "pkg:google-chrome-beta",
-        "pkg:google-chrome-unstable",
-        "pkg:chrome-aws-lambda",
-        "pkg:@sparticuz/chromium",
-        "pkg:cypress"},
-       // Chrome then keeps its shared memory in /tmp.
-       {"cmd:--disable-dev-shm-usage", "token:exporter", "token:extension", "token:driver"}},
-      {"Firefox",
-       2 * kGiB,
-       "tabs crash: \"Failed to decode response from marionette\", \"Tab crashed\"",
-       "https://github.com/SeleniumHQ/docker-selenium#--shm-size2g",
-       {"image:selenium/node-firefox", "image:selenium/standalone-firefox", "image:selenium/node-firefox-debug",
-        "image:selenium/standalone-firefox-debug", "image:seleniarm/node-firefox", "image:seleniarm/standalone-firefox",
-        "image:jlesage/firefox", "prog:firefox", "prog:firefox-esr", "cmd:geckodriver", "token:firefox", "pkg:firefox",
-        "pkg:firefox-esr"},
-       {"token:exporter"}},
-      // Playwright's page asks for --ipc=host ("Chrome can run out of memory
-      // without this flag"); shm_size gives the browsers the same room
-      // without the host's IPC namespace. 2gb as for Selenium.
-      {"Playwright",
-       2 * kGiB,
-       "browsers crash mid-test: \"Target crashed\", \"Page crashed\"",
-       "https://playwright.dev/docs/docker",
-       {"image:playwright", "image:playwright/python", "image:playwright/java", "image:playwright/dotnet",
-        "cmd:playwright", "env:playwright_browsers_path", "token:playwright", "pkg:playwright",
-        "pkg:playwright-browsers", "pkg:@playwright/test", "pkg:playwright-chromium", "pkg:playwright-firefox"},
-       {}},
-      // "run the container with docker run --shm-size=1gb to increase the size of /dev/shm"
-      {"Puppeteer",
-       1 * kGiB,
-       "Chrome dies: \"Page crashed!\", \"Protocol error: Target closed\"",
-       "https://pptr.dev/troubleshooting#running-puppeteer-in-docker",
-       {"image:puppeteer", "image:alekzonder/puppeteer", "image:buildkite/puppeteer", "env:puppeteer_executable_path",
-        "token:puppeteer", "pkg:puppeteer", "pkg:pyppeteer"},
-       {"cmd:--disable-dev-shm-usage"}},
-      // ---- databases -------------------------------------------------------
-      // docker-library's example sets shm_size (128mb) "when using
-      // docker-compose"; parallel hash joins want work_mem x workers, and
-      // 1gb is where Harbor (goharbor/harbor#15034) and Concourse
-      // (concourse/concourse#5348) ended up after this error.
-      {"PostgreSQL",
-       1 * kGiB,
-       "parallel queries fail: could not resize shared memory segment \"/PostgreSQL.…\" to N bytes: No space left on "
-       "device",
-       "https://hub.docker.com/_/postgres",
-       {"image:postgres", "image:postgresql", "image:postgresql-repmgr", "image:timescaledb", "image:timescaledb-ha",
-        "image:timescaledb-postgis", "image:postgis", "image:pgvector", "image:crunchy-postgres",
-        "image:crunchy-postgres-gis", "image:citusdata/citus", "image:apache/age", "image:paradedb/paradedb",
-        "image:cloudnative-pg/postgresql", "prog:postgres", "prog:postmaster", "prog:pg_ctl", "prog:pg_ctlcluster",
-        "prog:initdb", "env:pgdata", "env:postgres_initdb_args", "env:postgres_initdb_waldir",
-        "env:postgres_host_auth_method", "mount:/var/lib/postgresql/data", "mount:/var/lib/pgsql/data",
-        // An in-house name ("warehouse-pg") is also the name of tools
-        // ("pg_tileserv", "dbt-postgres"): it counts with a sign of a server.
-        "?token:postgres", "?token:postgresql", "?token:pg", "?token:pgsql", "?token:postgis", "?token:timescaledb",
-        "?token:pgvector", "?token:citus", "?token:spilo", "+env:postgres_password", "+env:postgres_user",
-        "+env:postgres_db", "+port:5432", "+health:pg_isready", "-env:postgres_host", "-env:pghost",
-        "-env:database_url", "-env:db_host"},
-       // Clients and tools named after it, and clients run in its image.
-       {"token:exporter",   "token:backup",      "token:backups",   "token:pgadmin",     "token:admin",
-        "token:meta",       "token:bouncer",     "token:pgbouncer", "token:proxy",       "token:client",
-        "token:cli",        "token:operator",    "token:migrate",   "token:migrations",  "token:migration",
-        "token:init",       "token:seed",        "token:dump",      "token:restore",     "token:tools",
-        "token:ui",         "token:web",         "token:rest",      "token:metrics",     "token:monitor",
-        "token:pgbackrest", "token:backrest",    "token:barman",    "token:walg",        "token:sync",
-        "client:psql",      "client:pg_isready", "client:pg_dump",  "client:pg_dumpall", "client:pg_restore",
-        "client:pgbench",   "client:vacuumdb",   "client:createdb"}},
-      // runOracle.sh: "A database XE container needs at least 1 GB of shared
-      // memory (/dev/shm)"; Free/XE may use up to 2 GB of SGA+PGA.
-      {"Oracle Database",
-       2 * kGiB,
-       "the instance does not start: \"ORA-00845: MEMORY_TARGET not supported on this system\"",
-       "https://github.com/oracle/docker-images/tree/main/OracleDatabase/SingleInstance",
-       {"image:database/free",
-        "image:database/express",
-        "image:database/enterprise",
-        "image:database/standard",
-        "image:oracle/database",
-        "image:oracle-free",
-        "image:oracle-xe",
-        "image:oracle-xe-11g",
-        "image:oracle-xe-11g-r2",
-        "prog:ora_pmon_*",
-        "token:oracle+db",
-        "token:oracle+database",
-        "token:oracle+xe",
-        "token:oracle+free",
-        "token:oracle+ee",
-        "token:oracle+19c",
-        "token:oracle+21c",
-        "token:oracle+23ai",
-        "token:oracle+11g",
-        "token:oracle+12c",
-        "token:oracle+18c",
-        "token:oracle19c",
-        "token:oracle21c",
-        "token:oracle12c",
-        "token:oracle18c",
-        "token:oracle11g",
-        "token:oracledb",
-        "token:oracle-db",
-        "token:oradb",
-        "env:oracle_pwd",
-        "env:oracle_sid",
-        "mount:/opt/oracle/oradata",
-        "mount:/u01/app/oracle/oradata"},
-       {"token:exporter", "token:client", "token:instantclient", "client:sqlplus"}},
-      // ---- MPI -------------------------------------------------------------
-      // The sm (vader) transport backs every local rank pair with files in
-      // /dev/shm.
-      {"MPI",
-       1 * kGiB,
-       "ranks abort: \"not enough space for /dev/shm/vader_segment…\" (Open MPI), or die with \"Bus error\"",
-       "https://docs.open-mpi.org/en/v5.0.x/tuning-apps/networking/shared-memory.html",
-       {"prog:mpirun", "prog:mpiexec", "prog:mpiexec.hydra", "prog:orterun", "prog:prterun", "prog:horovodrun",
-        "cmd:mpirun", "cmd:mpiexec", "cmd:horovodrun", "image:horovod/horovod", "image:horovod/horovod-cpu",
-        "image:mpioperator/openmpi", "image:mpioperator/intel", "image:intel/oneapi-hpckit", "image:openmpi",
-        "image:mpich", "env:ompi_*", "env:i_mpi_*", "env:horovod_*"},
-       {}},
-      // ---- ML --------------------------------------------------------------
-      // "--ipc=host or --shm-size": tensor parallel workers talk through /dev/shm.
-      {"vLLM",
-       8 * kGiB,
-       "workers die with \"Bus error\" or NCCL's \"Error while creating shared memory segment\"",
-       "https://docs.vllm.ai/en/latest/deployment/docker.html",
-       {"text:vllm"},
-       {}},
-      {"SGLang",
-       8 * kGiB,
-       "workers die with \"Bus error\" or NCCL's \"Error while creating shared memory segment\"",
-       "https://docs.sglang.ai/start/install.html",
-       {"text:sglang"},
-       {}},
-      // "--shm-size 1g": sharded models talk through NCCL.
-      {"Text Generation Inference",
-       1 * kGiB,
-       "sharded models fail: \"Error while creating shared memory segment /dev/shm/nccl-…\"",
-       "https://huggingface.co/docs/text-generation-inference/quicktour",
-       {"image:text-generation-inference", "prog:text-generation-launcher"},
-       {}},
-      {"NCCL",
-       8 * kGiB,
-       "\"NCCL WARN Error while creating shared memory segment /dev/shm/nccl-… (size N)\"",
-       "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#docker",
-       {"text:nccl"},
-       {}},
-      {"Triton",
-       4 * kGiB,
-       "the Python backend fails: \"Failed to increase the shared memory pool size\"",
-       "https://github.com/triton-inference-server/python_backend#running-multiple-instances-of-triton-server",
-       {"text:triton"},
-       {}},
-      {"Ray",
-       4 * kGiB,
-       "\"The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available\"",
-       "https://docs.ray.io/en/latest/ray-overview/installation.html#launch-ray-in-docker",
-       {"word:ray"},
-       {}},
-      // "--ipc=host or --shm-size command line options to nvidia-docker run"
-      {"PyTorch",
-       2 * kGiB,
-       "DataLoader workers die: \"unexpected bus error encountered in worker. This might be caused by insufficient "
-       "shared memory (shm)\"",
-       "https://github.com/pytorch/pytorch#docker-image",
-       {"text:torch"},
-       {"prog:tensorboard"}},
-      {"TensorFlow",
-       2 * kGiB,
-       "input pipeline workers die with \"Bus error\"",
-       "https://docs.nvidia.com/deeplearning/frameworks/user-guide/index.html#setincshmem",
-       {"text:tensorflow"},
-       {"prog:tensorboard"}},
-      {"DALI",
-       2 * kGiB,
-       "parallel external sources fail to allocate their shared memory",
-       "https://docs.nvidia.com/deeplearning/frameworks/user-guide/index.html#setincshmem",
-       {"text:dali"},
-       {}},
-      // Notebooks run the DataLoaders; the hub that spawns them does not.
-      {"Jupyter",
-       1 * kGiB,
-       "DataLoader workers in notebooks die with \"Bus error\"",
-       "https://github.com/pytorch/pytorch#docker-image",
-       {"text:jupyter"},
-       {"image:jupyterhub/jupyterhub", "image:jupyterhub/configurable-http-proxy", "image:jupyterhub/k8s-hub"}},
-  };
-  return kTable;
-}
-
-namespace {
-
-// "registry:5000/ns/name:tag@sha256:..." -> "registry:5000/ns/name".
-std::string Repository(std::string image) {
+std::string ImageRepository(std::string image) {
   if (size_t at = image.find('@'); at != std::string::npos) image.resize(at);
   size_t slash = image.rfind('/');
   size_t colon = image.rfind(':');
   if (colon != std::string::npos && (slash == std::string::npos || colon > slash)) image.resize(colon);
   return image;
+}
+
+namespace {
+
+// The words of an image's tag, split at - _ . and where letters and digits meet.
+std::vector<std::string> TagWords(const std::string& image) {
+  std::string name = image.substr(0, image.find('@'));
+  std::string repo = ImageRepository(name);
+  std::vector<std::string> out;
+  if (repo.size() >= name.size()) return out;
+  std::string cur;
+  auto end = [&] {
+    if (!cur.empty()) out.push_back(cur);
+    cur.clear();
+  };
+  for (char c : name.substr(repo.size() + 1)) {
+    bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
+    if (c == '-' || c == '_' || c == '.') {
+      end();
+    } else {
+      if (!cur.empty() && alpha != (std::isalpha(static_cast<unsigned char>(cur.back())) != 0)) end();
+      cur += c;
+    }
+  }
+  end();
+  return out;
 }
 
 bool PrefixOrEqual(const std::string& pattern, const std::string& value) {
@@ -268,7 +52,7 @@ bool AnyOf(const std::vector<std::string>& values, const std::string& pattern) {
 
 // The words of an image's repository path, registry host dropped, split at / - _ .
 std::vector<std::string> ImageTokens(const std::string& image) {
-  std::string repo = Repository(image);
+  std::string repo = ImageRepository(image);
   size_t slash = repo.find('/');
   if (slash != std::string::npos) {
     std::string host = repo.substr(0, slash);
@@ -289,7 +73,7 @@ std::vector<std::string> ImageTokens(const std::string& image) {
 }
 
 bool ImageIs(const std::string& image, const std::string& value) {
-  std::string repo = Repository(image);
+  std::string repo = ImageRepository(image);
   return !repo.empty() && (repo == value || repo.ends_with("/" + value));
 }
 
@@ -323,6 +107,10 @@ bool Matches(const std::string& pattern, const WorkloadSignals& s) {
     };
     return one(s.image) || std::any_of(s.base_images.begin(), s.base_images.end(), one);
   }
+  if (kind == "tag") {
+    std::vector<std::string> words = TagWords(s.image);
+    return std::find(words.begin(), words.end(), value) != words.end();
+  }
   if (kind == "prog") return AnyOf(s.programs, value);
   if (kind == "cmd") return AnyOf(s.words, value);
   if (kind == "env") return AnyOf(s.env_keys, value);
@@ -348,30 +136,104 @@ bool IsClientOnly(const ShmWorkload& w, const std::string& name, const WorkloadS
                       [&](const char* p) { return std::string(p).starts_with("prog:") && Matches(p, s); });
 }
 
+// A prefix pattern ("?env:puppeteer_*") as the value that matched it
+// ("?env:puppeteer_skip_download"), so that a finding names what is there.
+std::string Concrete(const char* p, const WorkloadSignals& s) {
+  std::string pattern = p;
+  size_t colon = pattern.find(':');
+  if (colon == std::string::npos || !pattern.ends_with('*')) return pattern;
+  std::string kind = pattern.substr(0, colon), value = pattern.substr(colon + 1);
+  if (kind.starts_with("?") || kind.starts_with("+") || kind.starts_with("-")) kind = kind.substr(1);
+  const std::vector<std::string>* values = kind == "env" ? &s.env_keys : kind == "prog" ? &s.programs : nullptr;
+  if (values == nullptr) return pattern;
+  for (const std::string& v : *values) {
+    if (PrefixOrEqual(value, v)) return pattern.substr(0, colon + 1) + v;
+  }
+  return pattern;
+}
+
 }  // namespace
 
-std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& s) {
-  std::vector<const ShmWorkload*> out;
+std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& s) {
+  std::vector<ShmWorkloadMatch> out;
   for (const ShmWorkload& w : ShmWorkloads()) {
     // Plain patterns suffice; "?" ones need a "+" one and no "-" one.
-    bool strong = false, weak = false, support = false, against = false;
+    std::string strong;
+    std::vector<std::string> weak, support;
+    bool against = false;
     for (const char* p : w.evidence) {
       char c = p[0];
       bool prefixed = c == '?' || c == '+' || c == '-';
       if (!Matches(prefixed ? p + 1 : p, s)) continue;
-      strong = strong || !prefixed;
-      weak = weak || c == '?';
-      support = support || c == '+';
+      if (!prefixed && strong.empty()) strong = Concrete(p, s);
+      if (c == '?') weak.push_back(Concrete(p, s));
+      if (c == '+') support.push_back(Concrete(p, s));
       against = against || c == '-';
     }
-    if (!strong && !(weak && support && !against)) continue;
+    ShmWorkloadMatch m{&w, strong, ""};
+    // A weak sign with support from another pattern ("?mount:X" is not supported by "+mount:X").
+    for (size_t i = 0; m.sign.empty() && !against && i < weak.size(); ++i) {
+      for (const std::string& sup : support) {
+        if (sup.substr(1) != weak[i].substr(1)) {
+          m.sign = weak[i] + " " + sup;
+          break;
+        }
+      }
+    }
+    if (m.sign.empty()) continue;
     auto stops = [&](const char* p) {
       std::string pattern = p;
       return pattern.starts_with("client:") ? IsClientOnly(w, pattern.substr(7), s) : Matches(pattern, s);
     };
-    if (std::none_of(w.unless.begin(), w.unless.end(), stops)) out.push_back(&w);
+    if (auto stop = std::find_if(w.unless.begin(), w.unless.end(), stops); stop != w.unless.end()) m.stopped_by = *stop;
+    out.push_back(std::move(m));
   }
   return out;
+}
+
+std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& s) {
+  std::vector<const ShmWorkload*> out;
+  for (const ShmWorkloadMatch& m : ExplainShmWorkloads(s)) {
+    if (m.stopped_by.empty()) out.push_back(m.row);
+  }
+  return out;
+}
+
+namespace {
+
+std::string DescribeOne(const std::string& pattern) {
+  size_t colon = pattern.find(':');
+  std::string kind = pattern.substr(0, colon), value = pattern.substr(colon + 1);
+  static const std::vector<std::pair<std::string, std::string>> kWords = {{"image", "image "},
+                                                                          {"prog", "runs "},
+                                                                          {"cmd", "its command has "},
+                                                                          {"env", "environment "},
+                                                                          {"text", "its settings name "},
+                                                                          {"word", "its settings name "},
+                                                                          {"token", "image name has "},
+                                                                          {"tag", "image tag has "},
+                                                                          {"pkg", "the image installs "},
+                                                                          {"mount", "a volume at "},
+                                                                          {"port", "port "},
+                                                                          {"health", "its healthcheck runs "},
+                                                                          {"client", "the client "}};
+  for (const auto& [k, words] : kWords) {
+    if (k != kind) continue;
+    if (kind == "env") {
+      for (char& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    return words + value;
+  }
+  return pattern;
+}
+
+}  // namespace
+
+std::string DescribeSign(const std::string& sign) {
+  size_t space = sign.find(' ');
+  auto strip = [](std::string p) { return !p.empty() && (p[0] == '?' || p[0] == '+') ? p.substr(1) : p; };
+  if (space == std::string::npos) return DescribeOne(strip(sign));
+  return DescribeOne(strip(sign.substr(0, space))) + ", with " + DescribeOne(strip(sign.substr(space + 1)));
 }
 
 void AddCommandWords(const std::string& text, bool program, WorkloadSignals* s) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ namespace shmkeeper {
 //               entrypoint, environment, build, working_dir, labels) or the
 //               process's command line
 //   word:SUB    as text:, where SUB starts a word ("ray", not "array")
+//   tag:WORD    WORD is a word of the image's tag (split at - _ . and where
+//               digits meet letters: "postgres-17.9-postgis" shows "postgres"):
+//               a tag names a version, never a program, so only as "?tag:"
 //   token:T[+U] every T (and U) is a word of the image's repository path
 //               (registry host dropped; split at / - _ .): in-house names such
 //               as "registry.example.internal/data/warehouse-pg" show "pg"
@@ -35,8 +39,8 @@ namespace shmkeeper {
 //   port:N      container port N published or exposed
 //   health:WORD a word of the healthcheck's test (basename, lower case)
 // An evidence pattern may be prefixed: "?P" is weak evidence, which counts
-// only with a "+P" pattern (support, never evidence alone) matching and no
-// "-P" pattern (a sign of a client) matching.
+// only with a "+P" pattern (support, never evidence alone; another pattern
+// than the weak one) matching and no "-P" pattern (a sign of a client) matching.
 // and, in `unless` only:
 //   client:NAME NAME is one of the programs and none of the row's prog:
 //               patterns matches: a client of the workload run in its image
@@ -57,19 +61,42 @@ struct WorkloadSignals {
   std::vector<std::string> programs;  // first words of command and entrypoint, or argv[0]
   std::vector<std::string> words;     // every word of command and entrypoint, or argv
   std::vector<std::string> env_keys;
-  std::string text;                       // see text:
-  std::vector<std::string> base_images;   // more images to match image: and token: (a build's FROM)
-  std::vector<std::string> packages;      // see pkg:
-  std::vector<std::string> mounts;        // container paths of volumes, see mount:
-  std::vector<std::string> ports;         // container ports published or exposed ("5432"), see port:
-  std::vector<std::string> health_words;  // the words of the healthcheck's test, see health:
+  std::string text;                                    // see text:
+  std::vector<std::string> base_images;                // more images to match image: and token: (a build's FROM)
+  std::vector<std::string> packages;                   // see pkg:
+  std::map<std::string, std::string> package_origins;  // package -> where it is installed ("Dockerfile line 12")
+  std::vector<std::string> mounts;                     // container paths of volumes, see mount:
+  std::vector<std::string> ports;                      // container ports published or exposed ("5432"), see port:
+  std::vector<std::string> health_words;               // the words of the healthcheck's test, see health:
 };
 
 // The table, in the order findings name the workloads.
 const std::vector<ShmWorkload>& ShmWorkloads();
 
+// "registry:5000/ns/name:tag@sha256:..." -> "registry:5000/ns/name".
+std::string ImageRepository(std::string image);
+
 // The rows `signals` match.
 std::vector<const ShmWorkload*> MatchShmWorkloads(const WorkloadSignals& signals);
+
+// One row whose evidence the signals show, and why.
+struct ShmWorkloadMatch {
+  const ShmWorkload* row = nullptr;
+  // The evidence pattern that fired ("image:postgres"; weak + support:
+  // "?token:pg +port:5432"), a prefix pattern as the value it matched
+  // ("env:puppeteer_skip_download" for "env:puppeteer_*").
+  std::string sign;
+  std::string stopped_by;  // the unless pattern that excludes the row ("" : the row matches)
+};
+
+// Every row whose evidence the signals show, in table order, the excluded
+// ones included (stopped_by set): MatchShmWorkloads is those with none.
+std::vector<ShmWorkloadMatch> ExplainShmWorkloads(const WorkloadSignals& signals);
+
+// A sign ("image:postgres", "?token:pg +env:postgres_password") in words for
+// a finding's "because:": "image postgres", "image name has pg, with
+// environment POSTGRES_PASSWORD".
+std::string DescribeSign(const std::string& sign);
 
 // Adds the words of `text` (a command line, a shell string) to `signals`:
 // split at spaces, quotes and shell punctuation, paths as basenames,
