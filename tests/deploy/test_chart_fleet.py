@@ -230,7 +230,7 @@ def test_readiness_probe_with_mutual_tls_passes_against_a_real_agent(helm, tmp_p
     docs = render_chart(helm, tmp_path, {
         "policy": {"agent": {
             "socket": str(state / "agent.sock"), "stateDir": str(state), "eventSocket": str(state / "events.sock"),
-            "metricsAddress": f"127.0.0.1:{port}", "scanInterval": "1s", "dockerSocket": "",
+            "metricsAddress": f"127.0.0.1:{port}", "scanInterval": "1s", "dockerSocket": "", "criSocket": "none",
             "runtimeRoots": [str(tmp_path / "no-runtime-root")],
             "metrics": {"certFile": str(tmp_path / "server.pem"), "keyFile": str(tmp_path / "server.key"),
                         "clientCAFile": str(tmp_path / "ca.pem")}}}})
