@@ -221,23 +221,19 @@ def kubelet_http_get(port, https):
         return None
 
 
-def test_readiness_probe_with_mutual_tls_passes_against_a_real_agent(helm, tmp_path):
-    require(AGENTD.exists(), f"{AGENTD} is not built")
-    require(shutil.which("openssl") is not None, "openssl is not installed")
-    make_certificates(tmp_path)
+def start_rendered_agent(helm, d: Path, metrics_tls):
+    """The chart rendered with a private policy (sockets and state under `d`, metrics on a free loopback port,
+    `metrics_tls` as agent.metrics), its agent container's command started as it would run in the pod: (the
+    agent container, a function running its readiness probe, the process, the port)."""
     port = free_port()
-    state = tmp_path / "state"
-    docs = render_chart(helm, tmp_path, {
-        "policy": {"agent": {
-            "socket": str(state / "agent.sock"), "stateDir": str(state), "eventSocket": str(state / "events.sock"),
-            "metricsAddress": f"127.0.0.1:{port}", "scanInterval": "1s", "dockerSocket": "", "criSocket": "none",
-            "runtimeRoots": [str(tmp_path / "no-runtime-root")],
-            "metrics": {"certFile": str(tmp_path / "server.pem"), "keyFile": str(tmp_path / "server.key"),
-                        "clientCAFile": str(tmp_path / "ca.pem")}}}})
-    config = tmp_path / "config.yaml"  # what the ConfigMap volume holds at /etc/shmkeeper/config.yaml
-    config.write_text(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    state = d / "state"
+    docs = render_chart(helm, d, {"policy": {"agent": {
+        "socket": str(state / "agent.sock"), "stateDir": str(state), "eventSocket": str(state / "events.sock"),
+        "metricsAddress": f"127.0.0.1:{port}", "scanInterval": "1s", "dockerSocket": "", "criSocket": "none",
+        "runtimeRoots": [str(d / "no-runtime-root")], "metrics": metrics_tls}}})
+    config = d / "config.yaml"  # what the ConfigMap volume holds at /etc/shmkeeper/config.yaml
+    config.write_text(next(x for x in docs if x["kind"] == "ConfigMap")["data"]["config.yaml"])
     agent = agent_container(docs)
-    assert "httpGet" not in agent["readinessProbe"]
 
     def in_this_pod(command):  # the container's paths, mapped to the build tree and the test's directory
         return [str(AGENTD) if a == "/usr/local/bin/shmkeeperd" else str(config)
@@ -248,9 +244,20 @@ def test_readiness_probe_with_mutual_tls_passes_against_a_real_agent(helm, tmp_p
                               text=True, timeout=agent["readinessProbe"]["timeoutSeconds"])
 
     assert ready().returncode != 0  # no agent yet: the probe can fail
-    log = open(tmp_path / "agent.log", "w")
-    proc = subprocess.Popen(in_this_pod(agent["command"]), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(in_this_pod(agent["command"]), stdout=open(d / "agent.log", "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return agent, ready, proc, port
+
+
+def test_readiness_probe_with_mutual_tls_passes_against_a_real_agent(helm, tmp_path):
+    require(AGENTD.exists(), f"{AGENTD} is not built")
+    require(shutil.which("openssl") is not None, "openssl is not installed")
+    make_certificates(tmp_path)
+    (tmp_path / "mtls").mkdir()
+    agent, ready, proc, port = start_rendered_agent(helm, tmp_path / "mtls", {
+        "certFile": str(tmp_path / "server.pem"), "keyFile": str(tmp_path / "server.key"),
+        "clientCAFile": str(tmp_path / "ca.pem")})
+    assert "httpGet" not in agent["readinessProbe"]
     try:
         p = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(ready()), timeout=30,
                      what="the rendered readiness probe passing")
@@ -261,5 +268,12 @@ def test_readiness_probe_with_mutual_tls_passes_against_a_real_agent(helm, tmp_p
         assert kubelet_http_get(port, https=True) is None
     finally:
         stop_process(proc, timeout=10)
-        log.close()
     assert ready().returncode != 0, "the probe passes with the agent stopped"
+    # Control: without TLS the same kubelet-style GET is answered (the helper can see a ready agent).
+    (tmp_path / "plain").mkdir()
+    _, ready, proc, port = start_rendered_agent(helm, tmp_path / "plain", {})
+    try:
+        wait_for(lambda: ready().returncode == 0, timeout=30, what="the plain agent ready")
+        assert kubelet_http_get(port, https=False) == 200
+    finally:
+        stop_process(proc, timeout=10)
