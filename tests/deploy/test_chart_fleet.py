@@ -234,6 +234,7 @@ def start_rendered_agent(helm, d: Path, metrics_tls):
     config = d / "config.yaml"  # what the ConfigMap volume holds at /etc/shmkeeper/config.yaml
     config.write_text(next(x for x in docs if x["kind"] == "ConfigMap")["data"]["config.yaml"])
     agent = agent_container(docs)
+    assert set(agent["readinessProbe"]) & {"exec", "httpGet"} == {"exec"}, agent["readinessProbe"]
 
     def in_this_pod(command):  # the container's paths, mapped to the build tree and the test's directory
         return [str(AGENTD) if a == "/usr/local/bin/shmkeeperd" else str(config)
@@ -257,7 +258,6 @@ def test_readiness_probe_with_mutual_tls_passes_against_a_real_agent(helm, tmp_p
     agent, ready, proc, port = start_rendered_agent(helm, tmp_path / "mtls", {
         "certFile": str(tmp_path / "server.pem"), "keyFile": str(tmp_path / "server.key"),
         "clientCAFile": str(tmp_path / "ca.pem")})
-    assert "httpGet" not in agent["readinessProbe"]
     try:
         p = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(ready()), timeout=30,
                      what="the rendered readiness probe passing")
