@@ -109,10 +109,16 @@ def test_every_object_in_the_release_namespace_and_no_host_root(helm, tmp_path, 
     mounts = list(host_paths(docs)) + list(host_paths(render_variant(tmp_path / "k", variant)))
     assert mounts
     assert not [m for m in mounts if m[2] == "/"], "the host's / is mounted"
-    # The long-running agent mounts /run only; everything the installer writes is a narrow directory.
-    assert {m[2] for m in mounts if m[1] == "agent"} == {"/run"}
+    # The long-running agent mounts /run only (report-only: its own directory and the runtime's state, read-only);
+    # everything the installer writes is a narrow directory.
+    if variant == "report-only":
+        assert {m[2]: m[3] for m in mounts if m[1] == "agent"} == {
+            "/run/shmkeeper": False, "/run/containerd/runc": True, "/run/containerd/io.containerd.runtime.v2.task": True,
+            "/run/containerd/io.containerd.grpc.v1.cri": True}
+    else:
+        assert {m[2] for m in mounts if m[1] == "agent"} == {"/run"}
     writable = {m[2] for m in mounts if not m[3]}
-    assert writable <= {"/run", "/etc/shmkeeper", "/usr/local", "/opt/shmkeeper", "/etc/containerd", "/etc/crio",
+    assert writable <= {"/run", "/run/shmkeeper", "/etc/shmkeeper", "/usr/local", "/opt/shmkeeper", "/etc/containerd", "/etc/crio",
                         "/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd",
                         "/var/snap/microk8s/current/args", "/usr/share/containers/oci/hooks.d"}, writable
     assert ("shmkeeper", "install", "/run", True) in mounts  # the installer only reads /run
@@ -144,7 +150,8 @@ def test_chart_choices_beyond_the_base(helm, tmp_path):
     rc = next(d for d in docs if d["kind"] == "RuntimeClass")
     assert "scheduling" not in rc
     p = run([helm, "template", "x", CHART, "--set", "runtime.distribution=docker"], check=False)
-    assert p.returncode != 0 and "runtime.distribution must be containerd, k3s, rke2, microk8s or crio" in p.stderr
+    assert p.returncode != 0 and "at '/runtime/distribution': value must be one of 'containerd', 'k3s', 'rke2', " \
+        "'microk8s', 'crio'" in p.stderr, p.stderr  # values.schema.json
 
 
 def test_only_the_setup_containers_get_a_token(helm, tmp_path):

@@ -17,6 +17,14 @@ CHART_SCHEMA_VARIANTS = dict(CHART_VALUES, **{
     "own-namespace": {"namespace": {"create": True}},
     "no-node-label": {"nodeLabel": {"enabled": False}},
     "crio+report-only": {"runtime": {"distribution": "crio"}, "agent": {"reportOnly": True}},
+    "rollout": {"updateStrategy": {"maxUnavailable": "10%"}, "imagePullSecrets": [{"name": "regcred"}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "priorityClassName": "system-node-critical",
+                "agent": {"reportOnly": True, "mountCriSocket": True, "readOnly": True, "extraArgs": ["--read-only"],
+                          "extraEnv": [{"name": "TZ", "value": "UTC"}],
+                          "extraVolumes": [{"name": "tls", "secret": {"secretName": "shmkeeper-metrics-tls"}}],
+                          "extraVolumeMounts": [{"name": "tls", "mountPath": "/etc/shmkeeper-tls", "readOnly": True}]},
+                "policy": {"agent": {"metricsAddress": "0.0.0.0:9100"}, "leaks": {"reclaim": "off"}}},
 })
 
 

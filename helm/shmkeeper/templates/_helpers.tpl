@@ -41,10 +41,66 @@ app.kubernetes.io/component: agent
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* The policy as the agent reads it; metricsAddress follows metrics.*. */}}
+{{/* agent.metricsAddress: the user's policy.agent.metricsAddress as written
+when set, else 0.0.0.0 and metrics.port (or "" with metrics off). */}}
+{{- define "shmkeeper.metricsAddress" -}}
+{{- $agent := .Values.policy.agent | default dict -}}
+{{- if hasKey $agent "metricsAddress" -}}
+{{- $agent.metricsAddress -}}
+{{- else if .Values.metrics.enabled -}}
+{{- printf "0.0.0.0:%v" .Values.metrics.port -}}
+{{- end -}}
+{{- end }}
+
+{{/* The port the agent serves /metrics on (the pod's metrics port). */}}
+{{- define "shmkeeper.metricsPort" -}}
+{{- $address := include "shmkeeper.metricsAddress" . -}}
+{{- if not $address -}}
+{{- fail "policy.agent.metricsAddress is empty while metrics.enabled is true: set metrics.enabled=false to run without the HTTP listener" -}}
+{{- end -}}
+{{- $port := regexFind "[0-9]+$" $address -}}
+{{- if or (not $port) (eq $port "0") -}}
+{{- fail (printf "policy.agent.metricsAddress %q needs a fixed port (host:port)" $address) -}}
+{{- end -}}
+{{- $port -}}
+{{- end }}
+
+{{/* The policy as the agent reads it: the user's, with agent.metricsAddress
+filled in only when unset and leaks.reclaim: off kept a string. */}}
 {{- define "shmkeeper.policy" -}}
-{{- $agent := merge (dict "metricsAddress" (ternary (printf "0.0.0.0:%v" .Values.metrics.port) "" .Values.metrics.enabled)) .Values.policy.agent -}}
-{{- toYaml (merge (dict "agent" $agent) (omit .Values.policy "agent")) -}}
+{{- $policy := deepCopy (.Values.policy | default dict) -}}
+{{- $agent := deepCopy (.Values.policy.agent | default dict) -}}
+{{- $_ := set $agent "metricsAddress" (include "shmkeeper.metricsAddress" .) -}}
+{{- $_ := set $policy "agent" $agent -}}
+{{- with $policy.leaks -}}
+{{- if and (hasKey . "reclaim") (kindIs "bool" .reclaim) (not .reclaim) -}}
+{{- $_ := set . "reclaim" "off" -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $policy -}}
+{{- end }}
+
+{{/* The report-only agent's host paths besides /run/shmkeeper: the
+runtimes' state directories (runc/crun state, task bundles, sandbox shm
+tmpfs), read-only, never a directory that holds an engine's socket. */}}
+{{- define "shmkeeper.statePaths" -}}
+{{- $run := dict "containerd" "/run/containerd" "k3s" "/run/k3s/containerd" "rke2" "/run/k3s/containerd" "microk8s" "/var/snap/microk8s/common/run/containerd" -}}
+{{- if eq .Values.runtime.distribution "crio" -}}
+{{- list "/run/runc" "/run/crun" "/run/containers/storage" | toJson -}}
+{{- else -}}
+{{- $state := get $run .Values.runtime.distribution -}}
+{{- list "/run/containerd/runc" (printf "%s/io.containerd.runtime.v2.task" $state) (printf "%s/io.containerd.grpc.v1.cri" $state) | toJson -}}
+{{- end -}}
+{{- end }}
+
+{{/* The runtime's CRI socket on the host (agent.mountCriSocket). */}}
+{{- define "shmkeeper.criSocketPath" -}}
+{{- $socks := dict "containerd" "/run/containerd/containerd.sock" "k3s" "/run/k3s/containerd/containerd.sock" "rke2" "/run/k3s/containerd/containerd.sock" "microk8s" "/var/snap/microk8s/common/run/containerd.sock" "crio" "/run/crio/crio.sock" -}}
+{{- if eq .Values.runtime.distribution "crio" -}}
+{{- get $socks "crio" -}}
+{{- else -}}
+{{- .Values.runtime.containerdSocket | default (get $socks .Values.runtime.distribution) -}}
+{{- end -}}
 {{- end }}
 
 {{/* node-setup.sh's settings, shared by the install and uninstall pods. */}}
