@@ -96,6 +96,17 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
   });
 }
 
+// What the running containerd has of an install (or an uninstall), after the
+// file edit: the tail of the line that reports it.
+std::string ContainerdLiveState(const Status& live, size_t users, bool install) {
+  if (live.code() == Code::kFailedPrecondition) {
+    return install ? "; the running containerd does not have it yet" : "; the running containerd still has it";
+  }
+  if (!live.ok()) return "; could not ask the running containerd";
+  if (users > 0) return install ? "; the running containerd runs with it" : "; the running containerd runs without it";
+  return "; no running containerd uses it (it applies at its next start)";
+}
+
 void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
   auto opts = std::make_shared<ContainerdInstallOptions>();
   opts->runtime_path = DefaultRuntimePath();
@@ -132,10 +143,7 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
       live = VerifyContainerdLive(opts->config, opts->runtime_name, install ? opts->runtime_path : "", install,
                                   opts->set_as_default, &users);
     }
-    std::string state = live.code() == Code::kFailedPrecondition ? "; the running containerd does not have it yet"
-                        : !live.ok()                             ? "; could not ask the running containerd"
-                        : users > 0                              ? "; the running containerd runs with it"
-                                    : "; no running containerd uses it (it applies at its next start)";
+    std::string state = ContainerdLiveState(live, users, install);
     PrintChange(install ? "installed" : "uninstalled", dir.empty() ? opts->config : dir + " (template)",
                 "runtime handler \"" + opts->runtime_name + "\"", opts->dry_run, *c,
                 std::string(opts->set_as_default ? " (default runtime)" : "") + state);

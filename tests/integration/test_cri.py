@@ -214,6 +214,8 @@ def test_install_and_uninstall_check_what_the_running_containerd_loaded(tmp_path
 
         p = run([CLI, "uninstall", "containerd", "--config", engine.config], check=False)
         assert p.returncode == 3, (p.stdout, p.stderr)
+        # an uninstall the running containerd has not applied: it still has the handler (not "does not have it yet")
+        assert "the running containerd still has it" in p.stdout and "does not have it" not in p.stdout, p.stdout
         assert f'still runs with default runtime "shmkeeper", handlers runc, shmkeeper ({RUNTIME})' in p.stderr
         assert "(the default: every new pod) still runs shmkeeper-runtime" in p.stderr
         assert engine.config.read_bytes() == original
