@@ -65,6 +65,18 @@ void PrintChange(const char* verb, const std::string& path, const std::string& w
   }
 }
 
+// The file is written and dockerd was sent SIGHUP, but what it runs could not
+// be checked: the error says what was applied, why it is unknown whether
+// dockerd has it, and how to look.
+Status UncheckedDockerChange(const Status& why, const DockerInstallOptions& o, bool install) {
+  std::string entry = "runtime \"" + o.runtime_name + "\"" + (o.set_as_default ? " (default runtime)" : "");
+  return Status::Internal(
+      o.daemon_json + " is " + (install ? "updated: " : "restored: ") + entry + (install ? " added" : " removed") +
+      ", and dockerd was sent SIGHUP; whether it runs with the change could not be checked (" + why.message() +
+      "). Check with `docker info --format '{{.DefaultRuntime}} {{json .Runtimes}}'`" + "; if it " +
+      (install ? "does not list" : "still lists") + " runtime \"" + o.runtime_name + "\", restart dockerd");
+}
+
 void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
   auto opts = std::make_shared<DockerInstallOptions>();
   opts->runtime_path = DefaultRuntimePath();
@@ -91,7 +103,10 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
                     (c->reloaded ? "; dockerd reloaded" : "; no running dockerd uses it"));
     // A reload is not proof: check what the running dockerd does (docker_live.h).
     if (!opts->dry_run && c->reloaded) {
-      SetLiveOutcome(outcome, VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default));
+      Status live = VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default);
+      SetLiveOutcome(outcome, live.ok() || live.code() == Code::kFailedPrecondition
+                                  ? live
+                                  : UncheckedDockerChange(live, *opts, install));
     }
   });
 }
