@@ -65,6 +65,18 @@ void PrintChange(const char* verb, const std::string& path, const std::string& w
   }
 }
 
+// The file is written and dockerd was sent SIGHUP, but what it runs could not
+// be checked: the error says what was applied, why it is unknown whether
+// dockerd has it, and how to look.
+Status UncheckedDockerChange(const Status& why, const DockerInstallOptions& o, bool install) {
+  std::string entry = "runtime \"" + o.runtime_name + "\"" + (o.set_as_default ? " (default runtime)" : "");
+  return Status::Internal(
+      o.daemon_json + " is " + (install ? "updated: " : "restored: ") + entry + (install ? " added" : " removed") +
+      ", and dockerd was sent SIGHUP; whether it runs with the change could not be checked (" + why.message() +
+      "). Check with `docker info --format '{{.DefaultRuntime}} {{json .Runtimes}}'`" + "; if it " +
+      (install ? "does not list" : "still lists") + " runtime \"" + o.runtime_name + "\", restart dockerd");
+}
+
 void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
   auto opts = std::make_shared<DockerInstallOptions>();
   opts->runtime_path = DefaultRuntimePath();
@@ -91,9 +103,23 @@ void AddDocker(CLI::App& parent, Outcome& outcome, bool install) {
                     (c->reloaded ? "; dockerd reloaded" : "; no running dockerd uses it"));
     // A reload is not proof: check what the running dockerd does (docker_live.h).
     if (!opts->dry_run && c->reloaded) {
-      SetLiveOutcome(outcome, VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default));
+      Status live = VerifyDockerLive(opts->daemon_json, opts->runtime_name, install, opts->set_as_default);
+      SetLiveOutcome(outcome, live.ok() || live.code() == Code::kFailedPrecondition
+                                  ? live
+                                  : UncheckedDockerChange(live, *opts, install));
     }
   });
+}
+
+// What the running containerd has of an install (or an uninstall), after the
+// file edit: the tail of the line that reports it.
+std::string ContainerdLiveState(const Status& live, size_t users, bool install) {
+  if (live.code() == Code::kFailedPrecondition) {
+    return install ? "; the running containerd does not have it yet" : "; the running containerd still has it";
+  }
+  if (!live.ok()) return "; could not ask the running containerd";
+  if (users > 0) return install ? "; the running containerd runs with it" : "; the running containerd runs without it";
+  return "; no running containerd uses it (it applies at its next start)";
 }
 
 void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
@@ -132,10 +158,7 @@ void AddContainerd(CLI::App& parent, Outcome& outcome, bool install) {
       live = VerifyContainerdLive(opts->config, opts->runtime_name, install ? opts->runtime_path : "", install,
                                   opts->set_as_default, &users);
     }
-    std::string state = live.code() == Code::kFailedPrecondition ? "; the running containerd does not have it yet"
-                        : !live.ok()                             ? "; could not ask the running containerd"
-                        : users > 0                              ? "; the running containerd runs with it"
-                                    : "; no running containerd uses it (it applies at its next start)";
+    std::string state = ContainerdLiveState(live, users, install);
     PrintChange(install ? "installed" : "uninstalled", dir.empty() ? opts->config : dir + " (template)",
                 "runtime handler \"" + opts->runtime_name + "\"", opts->dry_run, *c,
                 std::string(opts->set_as_default ? " (default runtime)" : "") + state);

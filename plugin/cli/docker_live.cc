@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,37 +12,26 @@
 #include <thread>
 
 #include "base/fileutil.h"
-#include "base/json.h"
 #include "base/os.h"
 #include "base/proc_args.h"
+#include "install/docker_info.h"
 
 namespace shmkeeper::cli {
 namespace {
 
-// The unix socket of a dockerd from its -H/--host flags.
-std::string ApiSocket(const std::vector<std::string>& argv) {
-  for (size_t i = 0; i < argv.size(); ++i) {
-    std::string v;
-    const std::string& a = argv[i];
-    if ((a == "-H" || a == "--host") && i + 1 < argv.size()) v = argv[i + 1];
-    if (a.starts_with("-H=")) v = a.substr(3);
-    if (a.starts_with("--host=")) v = a.substr(7);
-    if (v.starts_with("unix://")) return v.substr(7);
-  }
-  return "/var/run/docker.sock";
-}
-
 // `docker --host unix://<socket> info --format {{json .}}`: the docker CLI is
 // the Engine API client (the static CLI cannot link Debian's shared
-// cpp-httplib). stdout captured, at most 4 MiB; stderr dropped.
+// cpp-httplib). stdout captured, at most 4 MiB; stderr kept for the error.
 Result<std::string> DockerInfoJson(const std::string& socket) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe");
   UniqueFd rd(fds[0]), wr(fds[1]);
+  UniqueFd err(::memfd_create("docker-info-stderr", MFD_CLOEXEC));
+  if (!err.valid()) return Status::FromErrno(errno, "memfd_create");
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, err.get(), 2);
   std::string host = "unix://" + socket;
   std::vector<std::string> args = {"docker", "--host", host, "info", "--format", "{{json .}}"};
   std::vector<char*> argv;
@@ -62,20 +52,28 @@ Result<std::string> DockerInfoJson(const std::string& socket) {
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return Status::Internal("docker --host " + host + " info failed");
-  return out;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return out;
+  ssize_t n = ::pread(err.get(), buf, 1024, 0);
+  std::string said(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  said = said.substr(0, said.find('\n'));
+  return Status::Internal("docker --host " + host + " info failed" + (said.empty() ? "" : ": " + said));
 }
 
 Status QueryInfo(DockerdLive* d) {
   SHMK_ASSIGN_OR_RETURN(std::string text, DockerInfoJson(d->socket));
-  Json info = Json::parse(text, nullptr, false);
-  if (!info.is_object()) return Status::Internal("docker info: not a JSON object");
-  d->default_runtime = StringField(info, "DefaultRuntime");
-  d->runtimes.clear();
-  if (info.contains("Runtimes") && info["Runtimes"].is_object()) {
-    for (const auto& [name, v] : info["Runtimes"].items()) d->runtimes.push_back(name);
-  }
+  SHMK_ASSIGN_OR_RETURN(DockerInfo info, ParseDockerInfo(text));
+  d->default_runtime = info.default_runtime;
+  d->runtimes = info.runtimes;
   return Status::Ok();
+}
+
+// The API socket of dockerd `pid` (command line `argv`, config file `cfg`).
+Result<std::string> ApiSocketOf(const std::vector<std::string>& argv, const std::string& cfg) {
+  Result<OptionalFile> file = ReadOptionalFile(cfg, 4 << 20);
+  if (!file.ok()) return file.status();
+  Result<std::string> socket = DockerdApiSocket(argv, file->exists ? file->text : "");
+  if (!socket.ok()) return socket.status().WithContext(cfg);
+  return socket;
 }
 
 bool Applied(const DockerdLive& d, const std::string& runtime, bool install, bool as_default) {
@@ -105,8 +103,11 @@ Result<std::vector<DockerdLive>> DockerdsUsing(const std::string& daemon_json) {
     if ((real.ok() ? *real : cfg) != want) continue;
     DockerdLive d;
     d.pid = pid;
-    d.socket = ApiSocket(*argv);
-    SHMK_RETURN_IF_ERROR(QueryInfo(&d).WithContext("dockerd pid " + std::to_string(pid)));
+    std::string who = "dockerd pid " + std::to_string(pid);
+    Result<std::string> socket = ApiSocketOf(*argv, cfg);
+    if (!socket.ok()) return Status::Internal(who + ": " + socket.status().message());
+    d.socket = *socket;
+    SHMK_RETURN_IF_ERROR(QueryInfo(&d).WithContext(who + ", " + d.socket));
     out.push_back(std::move(d));
   }
   return out;

@@ -144,6 +144,8 @@ agent:
         assert int(pod["shm"]["requestedBytes"]) == 200 * MiB and pod["shm"]["requestedSource"] == "engine"
         table = agent.cli("pods").stdout
         assert sum(line.split()[1] == "sk-pod" for line in table.splitlines()[1:]) == 1, table
+        # The root holds runc's <id>/state.json or crun's <id>/status: no start-up warning that it holds none.
+        assert "holds no container state" not in agent.log.read_text(), agent.log.read_text()[-2000:]
     finally:
         agent.stop()
         engine.podman("pod", "rm", "-f", "sk-pod")

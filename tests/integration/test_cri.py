@@ -214,6 +214,8 @@ def test_install_and_uninstall_check_what_the_running_containerd_loaded(tmp_path
 
         p = run([CLI, "uninstall", "containerd", "--config", engine.config], check=False)
         assert p.returncode == 3, (p.stdout, p.stderr)
+        # an uninstall the running containerd has not applied: it still has the handler (not "does not have it yet")
+        assert "the running containerd still has it" in p.stdout and "does not have it" not in p.stdout, p.stdout
         assert f'still runs with default runtime "shmkeeper", handlers runc, shmkeeper ({RUNTIME})' in p.stderr
         assert "(the default: every new pod) still runs shmkeeper-runtime" in p.stderr
         assert engine.config.read_bytes() == original
@@ -271,6 +273,23 @@ def test_agent_reports_kubernetes_pods_with_usage_holders_and_sizing(pods, cri_a
     assert seg["path"] == "/dev/shm/data" and any("shmtool" in h["command"] for h in seg["holders"])
     table = cri_agent.cli("pods").stdout
     assert any(line.split()[:2] == ["ml", "trainer"] for line in table.splitlines())
+
+
+def test_memcg_shmem_of_a_cri_pod_is_its_workload_containers(pods, cri_agent):
+    """The pause container and each workload container have memory cgroups of their own: the 20 MiB the
+    workload writes to /dev/shm are charged to the workload's, and the pod's memcgShmemBytes counts them
+    (reading only the pause container's cgroup, it was 0)."""
+    pod = pods("memcg", ns="ml")
+    pod.run()
+    cid = pod.container("writer", "/t/shmtool", "hold", "data", "20", mounts=[("/t/shmtool", SHMTOOL)])
+    init = lambda i: json.loads((pod.engine.runc_root / "k8s.io" / i / "state.json").read_text())["init_process_pid"]  # noqa: E731
+    sandbox_pid, workload_pid = init(pod.id), init(cid)
+    memcg = lambda pid: [l.split(":")[2] for l in open(f"/proc/{pid}/cgroup").read().splitlines()  # noqa: E731
+                         if "memory" in l.split(":")[1].split(",") or l.startswith("0::")][0]
+    assert memcg(sandbox_pid) != memcg(workload_pid)  # what makes the pause container's cgroup the wrong one
+    p = wait_for(lambda: (q := agent_pod(cri_agent, "ml", "memcg")) and int(q["shm"].get("memcgShmemBytes", 0))
+                 >= 20 * MiB and q, timeout=15, what="the pod's memcgShmemBytes >= 20 MiB")
+    assert int(p["shm"]["usedBytes"]) >= 20 * MiB
 
 
 def test_agent_finds_and_reclaims_a_leak_in_a_cri_pod(pods, cri_agent):

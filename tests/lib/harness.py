@@ -207,8 +207,9 @@ class PrivateDocker:
     """A dockerd of our own: own socket, data root, exec root, pid file, config
     file and network namespace; no bridge, no iptables."""
 
-    def __init__(self, base: Path, env=None, exec_root: Path = None):
+    def __init__(self, base: Path, env=None, exec_root: Path = None, hosts_in_config=False):
         self.base = base
+        self.hosts_in_config = hosts_in_config  # the API socket in daemon.json's "hosts", not -H
         self.exec_root = exec_root or base / "exec"
         self.sock = base / "docker.sock"
         self.daemon_json = base / "daemon.json"
@@ -220,12 +221,12 @@ class PrivateDocker:
     def start(self):
         self.base.mkdir(parents=True, exist_ok=True)
         if not self.daemon_json.exists():
-            self.daemon_json.write_text("{}\n")
+            self.daemon_json.write_text(json.dumps({"hosts": [self.host]}) + "\n" if self.hosts_in_config else "{}\n")
         # Own network namespace: a dockerd with --bridge=none deletes the host's
         # docker0 bridge at start, which would break the machine's own engine.
         cmd = ["unshare", "--net", "--", "dockerd", "--config-file", str(self.daemon_json), "--data-root", str(self.base / "data"),
                "--exec-root", str(self.exec_root), "--pidfile", str(self.base / "dockerd.pid"),
-               "-H", self.host, "--bridge=none", "--iptables=false", "--ip6tables=false",
+               *([] if self.hosts_in_config else ["-H", self.host]), "--bridge=none", "--iptables=false", "--ip6tables=false",
                "--userland-proxy=false"]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      env=self.env, start_new_session=True)

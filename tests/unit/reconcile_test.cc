@@ -113,6 +113,17 @@ TEST_F(RuntimeRootWarningsTest, NamesNamespaceDirectoriesAndUnknownLayoutsWithTh
   EXPECT_NE(w[1].find("agent.runtimeRoots"), std::string::npos) << w[1];
 }
 
+// crun keeps <root>/<id>/status, not runc's state.json: its root (podman's
+// /run/crun) and a namespace directory above crun containers are known.
+TEST_F(RuntimeRootWarningsTest, CrunStatusIsContainerState) {
+  std::string crun = dir_ + "/crun", ns = dir_ + "/crun-ns";
+  Touch(crun + "/c1/status");
+  Touch(ns + "/k8s.io/c2/status");
+  std::vector<std::string> w = RuntimeRootWarnings({crun, ns});
+  ASSERT_EQ(w.size(), 1u) << ::testing::PrintToString(w);
+  EXPECT_NE(w[0].find("runtime root " + ns + " holds namespace directories"), std::string::npos) << w[0];
+}
+
 using ChangeWatcherTest = InTempDir;
 
 // The first container after the runtime root is created wakes the agent:

@@ -348,7 +348,8 @@ Result<ConfigChange> UninstallContainerd(const ContainerdInstallOptions& opts) {
   } else {
     SHMK_RETURN_IF_ERROR(WriteFileAtomic(opts.config, c.after, 0644));
   }
-  SHMK_RETURN_IF_ERROR(RemoveBackups(opts.config));
+  // The change is applied: an error from here on says so.
+  SHMK_RETURN_IF_ERROR(RemoveBackups(opts.config).WithContext(opts.config + " is restored, but its backup remains"));
   return c;
 }
 

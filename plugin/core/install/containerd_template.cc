@@ -98,7 +98,8 @@ Result<ConfigChange> UninstallContainerdTemplate(const ContainerdInstallOptions&
     total.changed = true;
     if (opts.dry_run) continue;
     SHMK_RETURN_IF_ERROR(remove ? RemoveFile(path) : WriteFileAtomic(path, clean, 0644));
-    SHMK_RETURN_IF_ERROR(RemoveBackups(path));
+    // The change is applied: an error from here on says so.
+    SHMK_RETURN_IF_ERROR(RemoveBackups(path).WithContext(path + " is restored, but its backup remains"));
   }
   return total;
 }

@@ -125,8 +125,11 @@ Result<ConfigChange> UninstallDocker(const DockerInstallOptions& opts) {
   } else {
     SHMK_RETURN_IF_ERROR(WriteFileAtomic(opts.daemon_json, c.after, 0644));
   }
-  SHMK_RETURN_IF_ERROR(RemoveBackups(opts.daemon_json));
   c.reloaded = ReloadDockerd(opts.daemon_json, *Os::Default());
+  // The change is applied: an error from here on says so.
+  SHMK_RETURN_IF_ERROR(RemoveBackups(opts.daemon_json)
+                           .WithContext(opts.daemon_json + " is restored" +
+                                        (c.reloaded ? " and dockerd sent SIGHUP" : "") + ", but its backup remains"));
   return c;
 }
 

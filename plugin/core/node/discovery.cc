@@ -255,7 +255,10 @@ std::vector<ContainerRecord> ContainerDiscovery::Discover(const std::vector<std:
 
 namespace {
 
-bool HoldsState(const std::string& dir, const std::string& id) { return PathExists(dir + "/" + id + "/state.json"); }
+// runc's <id>/state.json or crun's <id>/status (ReadRuntimeState reads both).
+bool HoldsState(const std::string& dir, const std::string& id) {
+  return PathExists(dir + "/" + id + "/state.json") || PathExists(dir + "/" + id + "/status");
+}
 
 // The subdirectories of `root` that hold container state themselves.
 std::vector<std::string> NamespaceDirs(const std::string& root, const std::vector<std::string>& entries) {
@@ -292,11 +295,11 @@ std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roo
     } else {
       std::string seen;
       for (size_t i = 0; i < entries.size() && i < 5; ++i) seen += (i ? ", " : "") + entries[i];
-      out.push_back("runtime root " + root +
-                    " holds no container state (<id>/state.json) the agent knows (it has: " + seen +
-                    "): no pod under it is found; point agent.runtimeRoots at the OCI runtime's state directory (runc "
-                    "--root, e.g. "
-                    "/run/containerd/runc/k8s.io)");
+      out.push_back(
+          "runtime root " + root +
+          " holds no container state (runc's <id>/state.json or crun's <id>/status) the agent knows (it has: " + seen +
+          "): no pod under it is found; point agent.runtimeRoots at the OCI runtime's state directory (its "
+          "--root, e.g. /run/containerd/runc/k8s.io or /run/crun)");
     }
   }
   return out;

@@ -94,10 +94,10 @@ class ContainerDiscovery {
 };
 
 // What is wrong with a configured runtime root, one line each with the fix:
-// a root that exists but holds no <id>/state.json, only directories that
-// themselves hold containers (a runtime's root above its namespace
-// directories, as containerd's runc root above k8s.io), or nothing the agent
-// knows. An empty or missing root is fine (no containers yet).
+// a root that exists but holds no container state (runc's <id>/state.json,
+// crun's <id>/status), only directories that themselves hold containers (a
+// runtime's root above its namespace directories, as containerd's runc root
+// above k8s.io), or nothing the agent knows. An empty or missing root is fine (no containers yet).
 std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roots);
 
 // Adds Docker names and labels (compose project/service) from the Engine API

@@ -641,18 +641,26 @@ const NodeRefs& Scanner::RecentRefs(ProcView* view) {
 }
 
 int64_t Scanner::PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next) {
-  MemcgEntry now{p.access_start_ticks, p.used_bytes, p.sysv_bytes, p.files, p.sysv_segments, scans_, 0};
+  // Every container of the pod: a CRI pod's workload containers have memory
+  // cgroups of their own, apart from the pause container's (the access pid).
+  std::vector<pid_t> pids = {p.access_pid};
+  std::vector<std::pair<pid_t, uint64_t>> members;
+  for (const ContainerRecord& c : p.containers) {
+    if (c.pid > 0 && c.pid != p.access_pid) pids.push_back(c.pid);
+    members.emplace_back(c.pid, c.start_ticks);
+  }
+  MemcgEntry now{p.access_start_ticks, p.used_bytes, p.sysv_bytes, p.files, p.sysv_segments, scans_, 0, members};
   auto it = memcg_.find(p.access_pid);
   if (!walk && p.access_start_ticks != 0 && it != memcg_.end()) {
     const MemcgEntry& last = it->second;
     if (last.start_ticks == now.start_ticks && last.used_bytes == now.used_bytes && last.files == now.files &&
-        last.sysv_bytes == now.sysv_bytes && last.sysv_segments == now.sysv_segments &&
+        last.sysv_bytes == now.sysv_bytes && last.sysv_segments == now.sysv_segments && last.members == now.members &&
         scans_ - last.read_at_scan < kMemcgEvery) {
       next->insert(*it);
       return last.shmem_bytes;
     }
   }
-  now.shmem_bytes = ReadMemcg(opts_.proc, std::to_string(p.access_pid)).shmem_bytes;
+  now.shmem_bytes = MemcgShmemOf(opts_.proc, pids);
   next->insert_or_assign(p.access_pid, now);
   return now.shmem_bytes;
 }

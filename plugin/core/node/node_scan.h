@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "node/creator_book.h"
@@ -380,6 +381,7 @@ class Scanner {
     int32_t files = 0, sysv_segments = 0;
     int64_t read_at_scan = 0;
     int64_t shmem_bytes = 0;
+    std::vector<std::pair<pid_t, uint64_t>> members;  // the pod's containers (init pid, start time) it was read for
   };
   std::map<pid_t, MemcgEntry> memcg_;
   int64_t PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next);

@@ -1,6 +1,7 @@
 #include "scan/memcg.h"
 
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -15,12 +16,17 @@ int64_t StatValue(const std::string& text, const std::string& key) {
   return at == std::string::npos ? 0 : std::atoll(t.c_str() + at + key.size() + 2);
 }
 
-}  // namespace
+struct MemcgPath {
+  bool found = false;
+  bool v1 = false;
+  std::string dir;  // under /sys/fs/cgroup/memory (v1) or /sys/fs/cgroup (v2)
+};
 
-Memcg ReadMemcg(const std::string& proc, const std::string& who) {
-  Memcg m;
+// The memory cgroup `who` is in, from `proc`/<who>/cgroup.
+MemcgPath MemcgPathOf(const std::string& proc, const std::string& who) {
+  MemcgPath out;
   Result<std::string> cg = ReadFile(proc + "/" + who + "/cgroup", 1 << 16);
-  if (!cg.ok()) return m;
+  if (!cg.ok()) return out;
   std::string v1path, v2path;
   std::istringstream in(*cg);
   for (std::string line; std::getline(in, line);) {
@@ -30,12 +36,23 @@ Memcg ReadMemcg(const std::string& proc, const std::string& who) {
     if (ctrls.find(",memory,") != std::string::npos) v1path = line.substr(b + 1);
     if (line.compare(0, 3, "0::") == 0) v2path = line.substr(b + 1);
   }
-  bool v1 = !v1path.empty();
-  std::string base = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
+  out.found = true;
+  out.v1 = !v1path.empty();
+  out.dir = (out.v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") + (out.v1 ? v1path : v2path);
+  return out;
+}
+
+}  // namespace
+
+Memcg ReadMemcg(const std::string& proc, const std::string& who) {
+  Memcg m;
+  MemcgPath path = MemcgPathOf(proc, who);
+  if (!path.found) return m;
+  bool v1 = path.v1;
   // Inside a container, its own cgroup is usually mounted at the root; only
   // "self" may fall back there (for another pid it would be the wrong cgroup).
-  std::vector<std::string> dirs = {base + (v1 ? v1path : v2path)};
-  if (who == "self") dirs.push_back(base);
+  std::vector<std::string> dirs = {path.dir};
+  if (who == "self") dirs.push_back(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
   for (const std::string& dir : dirs) {
     Result<std::string> stat = ReadFile(dir + "/memory.stat", 1 << 16);
     if (!stat.ok()) continue;
@@ -49,6 +66,27 @@ Memcg ReadMemcg(const std::string& proc, const std::string& who) {
     break;
   }
   return m;
+}
+
+int64_t MemcgShmemOf(const std::string& proc, const std::vector<pid_t>& pids) {
+  std::set<std::string> dirs;
+  bool v1 = false;
+  for (pid_t pid : pids) {
+    MemcgPath path = MemcgPathOf(proc, std::to_string(pid));
+    if (!path.found) continue;
+    v1 = path.v1;
+    dirs.insert(path.dir.ends_with("/") ? path.dir.substr(0, path.dir.size() - 1) : path.dir);
+  }
+  int64_t sum = 0;
+  for (const std::string& dir : dirs) {
+    bool below = false;  // v2: counted in an ancestor of the list already
+    for (const std::string& other : dirs) below = below || (!v1 && dir.starts_with(other + "/"));
+    if (below) continue;
+    if (Result<std::string> stat = ReadFile(dir + "/memory.stat", 1 << 16); stat.ok()) {
+      sum += StatValue(*stat, "shmem");
+    }
+  }
+  return sum;
 }
 
 }  // namespace shmkeeper
