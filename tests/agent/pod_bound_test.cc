@@ -69,7 +69,10 @@ TEST(MeasureShmDirBound, StopsAfterTheLimitAndKeepsNothingItMet) {
   for (const char* f : {"a", "b", "c"}) Touch(tmp / f);
   ASSERT_EQ(::mkdir((tmp / "sub").c_str(), 0755), 0);
   for (const char* f : {"x", "y", "z"}) Touch(tmp / "sub" + "/" + f);
-  UniqueFd fd(::open(tmp.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  // A fresh descriptor per walk, as each scan opens one (a walk reads its
+  // duplicate to the end: the offset is shared).
+  auto open_dir = [&] { return UniqueFd(::open(tmp.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); };
+  UniqueFd fd = open_dir();
   ASSERT_TRUE(fd.valid());
   // 7 entries: a, b, c, sub and sub's three.
   Result<ShmDir> whole = MeasureShmDir(fd.get(), 8, 7);
@@ -78,7 +81,8 @@ TEST(MeasureShmDirBound, StopsAfterTheLimitAndKeepsNothingItMet) {
   EXPECT_EQ(whole->files.size(), 6u);
   EXPECT_EQ(whole->entries, 7);
   for (size_t limit : {1u, 4u, 6u}) {
-    Result<ShmDir> over = MeasureShmDir(fd.get(), 8, limit);
+    UniqueFd again = open_dir();
+    Result<ShmDir> over = MeasureShmDir(again.get(), 8, limit);
     ASSERT_TRUE(over.ok());
     EXPECT_TRUE(over->over_limit) << limit;
     EXPECT_TRUE(over->files.empty()) << limit;
