@@ -71,6 +71,8 @@ void ToProto(const PodRecord& in, v1::Pod* out) {
   shm->set_sized_by(in.sized_by);
   shm->set_memory_limit_bytes(in.memory_limit_bytes);
   shm->set_memory_limit_source(in.memory_limit_source);
+  shm->set_files_over_limit(in.files_over_limit);
+  shm->set_files_limit(in.files_limit);
   for (const SegmentRecord& s : in.top_segments) {
     v1::Segment* ps = out->add_top_segments();
     ps->set_path(EscapeInvalidUtf8(s.path));

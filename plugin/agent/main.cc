@@ -27,6 +27,7 @@ ScanOptions ScanOptionsFrom(const Config& c) {
   s.docker_socket = c.agent.docker_socket;
   s.host_shm_dirs = c.agent.host_shm_dirs;
   s.grace = c.leaks.grace;
+  s.max_files_per_pod = static_cast<size_t>(c.agent.max_files_per_pod);
   return s;
 }
 

@@ -101,6 +101,13 @@ Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
   return Status::Ok();
 }
 
+// The FILES cell: the count, and the limit a tmpfs is over (its files are
+// then kept, not judged).
+std::string FilesCell(const v1::ShmUsage& u) {
+  if (!u.files_over_limit()) return std::to_string(u.files());
+  return std::to_string(u.files()) + " (over limit " + std::to_string(u.files_limit()) + ")";
+}
+
 Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRequest& req) {
   v1::ListPodsResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.ListPods(ctx, req, &resp); }));
@@ -114,7 +121,7 @@ Status Pods(v1::ShmKeeper::Stub& stub, const AgentFlags& f, const v1::ListPodsRe
                                                   (u.sized_by().empty() ? "" : ", by " + u.sized_by()) + ")"
                                             : "-";
     rows.push_back({p.namespace_().empty() ? "-" : p.namespace_(), p.name(), KindName(p.kind()), Iec(u.size_bytes()),
-                    Iec(u.used_bytes()), Iec(u.peak_used_bytes()), std::to_string(u.files()), Iec(u.unlinked_bytes()),
+                    Iec(u.used_bytes()), Iec(u.peak_used_bytes()), FilesCell(u), Iec(u.unlinked_bytes()),
                     Iec(u.sysv_bytes()), Iec(p.unheld_bytes()), Iec(p.leaked_bytes()), req_s});
   }
   PrintTable(rows);

@@ -53,7 +53,7 @@ def main():
     try:
         sleepers = subprocess.Popen([str(HOLDERS), "sleepers", "-n", str(PROCS)], stdout=subprocess.PIPE, text=True)
         assert sleepers.stdout.readline().startswith("ready"), "sleepers did not start"
-        agent = AgentProcess(tmp, agent_config(tmp, [shm], scan="2s", grace="1s")).start()
+        agent = AgentProcess(tmp, agent_config(tmp, [shm], scan="2s", grace="1s", max_files=2 * FILES)).start()
         agent_rate, unlink_rate, scans = [], [], []
         for _ in range(ROUNDS):
             make(shm)

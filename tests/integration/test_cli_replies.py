@@ -17,7 +17,8 @@ def test_leaks_of_20000_files_exceed_4_mib_and_are_listed(tmp_path, root_and_run
         names = [f"psm_left_behind_by_a_dataloader_worker_{i:06d}" for i in range(FILES)]
         for n in names:
             (fs.path / n).write_bytes(b"x")
-        agent = start_agent(tmp_path / "agent", agent_config(tmp_path / "agent", [fs.path], grace="1h"))
+        agent = start_agent(tmp_path / "agent", agent_config(tmp_path / "agent", [fs.path], grace="1h",
+                                                                 max_files=2 * FILES))
 
         def listed():
             p = run([CLI, "leaks", "-o", "json", "--agent", agent.sock], check=False, timeout=120)

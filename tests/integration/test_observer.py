@@ -203,6 +203,8 @@ def test_overflow_is_counted_and_rescanned(tmp_path, shm):
     _, held = make_leaks(shm, 2, "held")
     _, free = make_leaks(shm, 2, "free")
     cfg = config(tmp_path / "agent", shm).replace(f"hostShmDirs: [{shm}]", f"hostShmDirs: [{shm}, {flood_fs.path}]")
+    # Every flood file listed and probed (marked): their opens are the events that overflow.
+    cfg = cfg.replace("  scanInterval:", f"  maxFilesPerPod: {min(2 * n, 100000)}\n  scanInterval:", 1)
     agent = start_agent(tmp_path / "agent", cfg)
     holder = None
     pod = ["--pod", str(shm)]

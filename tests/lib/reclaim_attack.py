@@ -45,14 +45,16 @@ def world_reachable_dir(prefix="shmk-ev-") -> Path:
 
 
 def agent_config(base: Path, dirs, reclaim="report", scan="1s", grace="1s", event_socket=None, runtime_roots=(),
-                 docker_socket="", state_dir=None):
+                 docker_socket="", state_dir=None, max_files=None):
     """A shmkeeperd config that watches only `dirs` and the given runtime
     roots / Docker socket (none by default), with an event socket and a state
-    directory (private by default) and an ephemeral metrics port."""
+    directory (private by default) and an ephemeral metrics port;
+    `max_files`: agent.maxFilesPerPod (None: the default)."""
     ev = event_socket or f"{base}/events/events.sock"
+    limit = f"\n  maxFilesPerPod: {max_files}" if max_files else ""
     return f"""
 agent:
-  socket: {base}/agent.sock
+  socket: {base}/agent.sock{limit}
   stateDir: {state_dir or f"{base}/state"}
   eventSocket: {ev}
   metricsAddress: 127.0.0.1:0

@@ -188,3 +188,30 @@ agent:
 
 }  // namespace
 }  // namespace shmkeeper
+
+namespace shmkeeper {
+namespace {
+
+// agent.maxFilesPerPod (issue 35, "bounded per pod"): a stated default, a
+// value in range taken, absurd ones refused with one line naming the place.
+TEST(Config, MaxFilesPerPod) {
+  Result<Config> d = ParseConfig("", "c.yaml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->agent.max_files_per_pod, 10000);
+  Result<Config> c = ParseConfig("agent:\n  maxFilesPerPod: 500\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->agent.max_files_per_pod, 500);
+  EXPECT_EQ(ConfigToJson(*c)["agent"]["maxFilesPerPod"], 500);
+  for (const char* bad :
+       {"agent: {maxFilesPerPod: 0}\n", "agent: {maxFilesPerPod: -1}\n", "agent: {maxFilesPerPod: 100001}\n",
+        "agent: {maxFilesPerPod: 1e9}\n", "agent: {maxFilesPerPod: lots}\n"}) {
+    Result<Config> r = ParseConfig(bad, "c.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("c.yaml:1:"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("from 1 to 100000"), std::string::npos) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace shmkeeper

@@ -76,5 +76,28 @@ TEST(DiffSnapshotsTest, ALeakIsAnnouncedOnceAndAnUnsizedPodNeverCrosses) {
   EXPECT_EQ(Kinds(DiffSnapshots(&prev, next)), (std::vector<EventKind>{EventKind::kLeakFound}));
 }
 
+TEST(DiffSnapshotsTest, APodGoingOverTheFilesLimitIsAnnouncedOnce) {
+  PodRecord under = Pod("a", 100, 0), over = Pod("a", 100, 0);
+  over.files_over_limit = true;
+  over.files_limit = 10000;
+  over.files = 600001;
+  NodeSnapshot prev, next;
+  prev.pods = {under};
+  next.pods = {over};
+  std::vector<AgentEvent> events = DiffSnapshots(&prev, next);
+  ASSERT_EQ(Kinds(events), (std::vector<EventKind>{EventKind::kFilesOverLimit}));
+  EXPECT_EQ(events[0].pod.uid, "a");
+  EXPECT_NE(events[0].message.find("more than 10000 files (agent.maxFilesPerPod)"), std::string::npos)
+      << events[0].message;
+  EXPECT_STREQ(EventKindName(EventKind::kFilesOverLimit), "files_over_limit");
+  // Still over: no news; over at first sight: news.
+  prev.pods = {over};
+  EXPECT_TRUE(DiffSnapshots(&prev, next).empty());
+  EXPECT_EQ(Kinds(DiffSnapshots(nullptr, next)), (std::vector<EventKind>{EventKind::kFilesOverLimit}));
+  // Back under and over again: news again.
+  prev.pods = {under};
+  EXPECT_EQ(Kinds(DiffSnapshots(&prev, next)), (std::vector<EventKind>{EventKind::kFilesOverLimit}));
+}
+
 }  // namespace
 }  // namespace shmkeeper

@@ -110,6 +110,11 @@ struct Config {
     } metrics;
     // agent.maxWatchStreams: concurrent Watch streams; more get RESOURCE_EXHAUSTED.
     int max_watch_streams = 64;
+    // agent.maxFilesPerPod: the most entries (files, directories) of one
+    // pod's /dev/shm the agent lists and judges, 1..100000. A tmpfs with more
+    // is reported (files over limit) and all its files are kept, so that one
+    // pod never sets the agent's memory and CPU (docs/agent.md).
+    int max_files_per_pod = 10000;
   } agent;
   struct Inject {
     // inject.preload: bind-mount libshmkeeper-preload.so into containers whose

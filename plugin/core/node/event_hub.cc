@@ -51,8 +51,8 @@ void EventHub::Publish(const std::vector<AgentEvent>& events) {
 }
 
 const char* EventKindName(EventKind kind) {
-  static constexpr const char* kNames[] = {"?",          "pod_started", "pod_stopped",   "resize_applied",
-                                           "usage_high", "leak_found",  "leak_reclaimed"};
+  static constexpr const char* kNames[] = {"?",          "pod_started", "pod_stopped",    "resize_applied",
+                                           "usage_high", "leak_found",  "leak_reclaimed", "files_over_limit"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -94,6 +94,11 @@ std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapsh
         e.threshold_percent = pct;
         out.push_back(e);
       }
+    }
+    if (p.files_over_limit && !(old && old->files_over_limit)) {
+      out.push_back(MakeEvent(EventKind::kFilesOverLimit, p.key,
+                              "/dev/shm holds more than " + std::to_string(p.files_limit) +
+                                  " files (agent.maxFilesPerPod): not listed further, every file kept"));
     }
   }
   for (const auto& [uid, p] : before) {

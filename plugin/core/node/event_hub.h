@@ -16,7 +16,15 @@
 
 namespace shmkeeper {
 
-enum class EventKind { kPodStarted = 1, kPodStopped, kResizeApplied, kUsageHigh, kLeakFound, kLeakReclaimed };
+enum class EventKind {
+  kPodStarted = 1,
+  kPodStopped,
+  kResizeApplied,
+  kUsageHigh,
+  kLeakFound,
+  kLeakReclaimed,
+  kFilesOverLimit
+};
 
 struct AgentEvent {
   std::chrono::system_clock::time_point time;
@@ -60,7 +68,8 @@ AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg);
 
 // The events between two published snapshots (`prev` null: the first scan,
 // which announces no pod as started): pods started and stopped, /dev/shm
-// resized, usage crossing 80% and 95% (or over it at first sight), and leaked
+// resized, usage crossing 80% and 95% (or over it at first sight), a tmpfs
+// going over agent.maxFilesPerPod (or over it at first sight), and leaked
 // verdicts not leaked before. Unheld segments are not announced. Pure.
 std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapshot& next);
 

@@ -182,9 +182,10 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   help("shmkeeper_node_segments_kept", "gauge",
        "Segments no process holds that the last scan did not call leaked, by reason: a mount or loop device holds "
        "it, the pid in its name runs in another pid namespace reaching its tmpfs, or those namespaces are unknown, "
-       "or its tmpfs is not observed yet (unobserved).");
-  for (const char* r :
-       {"mount", "loop_device", "lease", "creator_in_other_pid_ns", "pid_namespaces_unknown", "unobserved"}) {
+       "or its tmpfs is not observed yet (unobserved); files_over_limit: every file of a tmpfs over "
+       "agent.maxFilesPerPod (not judged).");
+  for (const char* r : {"mount", "loop_device", "lease", "creator_in_other_pid_ns", "pid_namespaces_unknown",
+                        "unobserved", "files_over_limit"}) {
     auto it = snap->kept_by_reason.find(r);
     o << "shmkeeper_node_segments_kept{reason=\"" << r << "\"} " << (it == snap->kept_by_reason.end() ? 0 : it->second)
       << "\n";
@@ -210,6 +211,12 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   }
   help("shmkeeper_pod_shm_files", "gauge", "Files in the pod's /dev/shm.");
   for (const PodRecord& p : snap->pods) o << "shmkeeper_pod_shm_files{" << PodLabels(p.key) << "} " << p.files << "\n";
+  help("shmkeeper_pod_files_over_limit", "gauge",
+       "1 when the pod's /dev/shm holds more entries than agent.maxFilesPerPod: it is not listed further and none of "
+       "its files is judged (all kept).");
+  for (const PodRecord& p : snap->pods) {
+    o << "shmkeeper_pod_files_over_limit{" << PodLabels(p.key) << "} " << (p.files_over_limit ? 1 : 0) << "\n";
+  }
   return o.str();
 }
 

@@ -260,7 +260,7 @@ void Scanner::MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const {
   *host_dev = ::stat("/dev/shm", &st) == 0 ? st.st_dev : 0;
   UniqueFd fd(::open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) return;
-  if (Result<ShmDir> d = MeasureShmDir(fd.get(), 0); d.ok()) {
+  if (Result<ShmDir> d = MeasureShmFs(fd.get()); d.ok()) {
     snap->host_shm_size_bytes = d->size_bytes;
     snap->host_shm_used_bytes = d->used_bytes;
   }
@@ -311,19 +311,25 @@ void Scanner::ForgetFilesystem(dev_t dev) {
 }
 
 Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk) {
+  if (!walk) {
+    if (std::optional<ShmDir> over = OverLimitListing(fd, dev)) return std::move(*over);
+  }
   std::optional<uint64_t> watched = opts_.observer ? opts_.observer->Layout(dev) : std::nullopt;
   struct statfs sf;
   bool cacheable = watched.has_value() && ::fstatfs(fd, &sf) == 0;
   Listing now;
   if (cacheable) now = {*watched, FsUse{sf.f_blocks, sf.f_bfree, sf.f_files, sf.f_ffree}, {}};
   auto it = listings_.find(dev);
-  if (!walk && cacheable && it != listings_.end() && it->second.layout == now.layout && it->second.fs == now.fs) {
-    return it->second.dir;
+  if (!walk && cacheable && it != listings_.end() && !it->second.dir.over_limit && it->second.layout == now.layout &&
+      it->second.fs == now.fs) {
+    ShmDir reused = it->second.dir;
+    reused.entries = 0;
+    return reused;
   }
   // Layout and statfs are read before the listing: a change while listing
   // shows as a difference next time.
-  Result<ShmDir> d = MeasureShmDir(fd, 8);
-  if (d.ok() && cacheable) {
+  Result<ShmDir> d = MeasureShmDir(fd, 8, opts_.max_files_per_pod);
+  if (d.ok() && (cacheable || d->over_limit)) {
     now.dir = *d;
     listings_[dev] = std::move(now);
   } else {
@@ -345,7 +351,7 @@ int64_t Scanner::RestoreFromQuarantine(const std::vector<PodRecord>& pods, const
     restored += n;
     // The renames changed the listing: list again (and the cache forgets it).
     listings_.erase(pods[i].shm_dev);
-    if (Result<ShmDir> d = MeasureShmDir(fds[i].get(), 8); d.ok()) (*dirs)[i] = std::move(*d);
+    if (Result<ShmDir> d = MeasureShmDir(fds[i].get(), 8, opts_.max_files_per_pod); d.ok()) (*dirs)[i] = std::move(*d);
   }
   return restored;
 }
@@ -386,11 +392,10 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     for (size_t i = 0; i < pods->size(); ++i) {
       if (!(*fds)[i].valid()) continue;
       bool host = (*pods)[i].shares_host_shm;
-      Result<ShmDir> d =
-          host ? MeasureShmDir((*fds)[i].get(), 0) : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk);
+      // Host IPC: the host's files are not the pod's (statfs only).
+      Result<ShmDir> d = host ? MeasureShmFs((*fds)[i].get()) : ListPodShm((*fds)[i].get(), (*pods)[i].shm_dev, walk);
       if (!d.ok()) continue;
       (*dirs)[i] = std::move(*d);
-      if (host) (*dirs)[i].files.clear();  // host IPC: the host's files are not the pod's
     }
   };
   if (devices.empty()) {  // nothing to walk /proc for
@@ -701,6 +706,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   ProcView view;
   view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, walk);
   snap.restored_from_quarantine = RestoreFromQuarantine(snap.pods, fds, &dirs);
+  for (const ShmDir& d : dirs) snap.listed_entries += d.entries;
   view.loaded = walk || !view.table.procs.empty();
   for (const PodRecord& p : snap.pods) {
     if (p.shm_dev) view.devices.insert(p.shm_dev);
@@ -747,13 +753,17 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
     const ProcInfo* access = access_infos[i] ? &*access_infos[i] : nullptr;
     size_t first_leak = snap.leaks.size();
     p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
-    if (!p.shm_counted_elsewhere) {
-      FileLeaks(&p, d, fds[i].valid() ? fds[i].get() : -1, &view, access, walk, clock, &held, &snap);
+    if (d.over_limit) {  // none of its files is judged: no leaks, no top segments
+      KeepOverLimit(&p, d, &snap);
+    } else {
+      if (!p.shm_counted_elsewhere) {
+        FileLeaks(&p, d, fds[i].valid() ? fds[i].get() : -1, &view, access, walk, clock, &held, &snap);
+      }
+      std::map<FileKey, LeakState> verdicts;
+      for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
+      p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
+                                   held.observed_pids, opts_.proc);
     }
-    std::map<FileKey, LeakState> verdicts;
-    for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
-    p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
-                                 held.observed_pids, opts_.proc);
     if (!access || !p.host_dir.empty()) continue;
     SysvLeaks(&p, &view, sysv[sysv_of[i]], clock, &ipc_seen, &snap);
     p.memcg_shmem_bytes = PodMemcgShmem(p, walk, &memcg_next);

@@ -101,6 +101,14 @@ struct PodRecord {
   uint64_t shm_fsid = 0;
   bool shares_host_shm = false;
   bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
+  // The tmpfs holds more than ScanOptions::max_files_per_pod entries
+  // (agent.maxFilesPerPod, `files_limit`): its listing stopped there, none of
+  // its files is judged (all kept, kept_by_reason "files_over_limit"), `files`
+  // is the tmpfs's inodes in use (statfs, directories included; the limit + 1
+  // when the tmpfs has no inode limit), and top_segments and unlinked_bytes
+  // are empty.
+  bool files_over_limit = false;
+  int32_t files_limit = 0;
 };
 
 struct LeakRecord {
@@ -146,6 +154,8 @@ struct NodeSnapshot {
   // (a reclaim's lease was refused and is still: a kernel reference),
   // unobserved (the observer could not mark the tmpfs yet: retried every
   // scan, its files kept meanwhile).
+  // files_over_limit (the files of a tmpfs with more than max_files_per_pod
+  // entries: never listed whole, never judged).
   std::map<std::string, int64_t> kept_by_reason;
   std::vector<PodRecord> pods;
   std::vector<LeakRecord> leaks;
@@ -154,6 +164,9 @@ struct NodeSnapshot {
   int64_t scans = 0;
   bool walked = false;  // this scan walked /proc for holders (else the observer answered)
   int64_t walks = 0;    // scans that walked /proc, so far
+  // Directory entries the scan stat'ed listing the pods' tmpfs (a listing
+  // the cache reused costs none): at most agent.maxFilesPerPod per tmpfs.
+  int64_t listed_entries = 0;
 };
 
 // How a scan learns who holds what.
@@ -176,6 +189,11 @@ struct ScanOptions {
   // quarantine and reclaims nothing.
   bool read_only = false;
   size_t top_segments = 10;
+  // agent.maxFilesPerPod: the most entries of one pod's tmpfs the scan lists
+  // and tracks. A tmpfs with more is listed to this many plus one, reported
+  // (PodRecord::files_over_limit) and none of its files is judged: the
+  // agent's memory and CPU per pod stay bounded whatever a pod creates.
+  size_t max_files_per_pod = 10000;
   // Creator records from the sharing runtime (shared with the agent's event
   // receiver); null = names are the only creator evidence.
   std::shared_ptr<CreatorBook> creators;
@@ -273,8 +291,16 @@ class Scanner {
   ProcTable MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std::vector<ShmDir>* dirs,
                         std::vector<UniqueFd>* fds, bool walk);
   // One pod's tmpfs (open at `fd`, device `dev`): its last listing when the
-  // listing cache says nothing changed, else a fresh one.
+  // listing cache says nothing changed, else a fresh one (bounded:
+  // max_files_per_pod).
   Result<ShmDir> ListPodShm(int fd, dev_t dev, bool walk);
+  // The tmpfs's last listing when it was over max_files_per_pod and still
+  // may be (statfs shows more inodes in use than the limit, or cannot tell),
+  // with statfs's figures of now; nullopt when it must be listed. Only a
+  // walk lists such a tmpfs again: a light scan never relists a huge one.
+  std::optional<ShmDir> OverLimitListing(int fd, dev_t dev) const;
+  // A pod whose tmpfs is over max_files_per_pod: reported, every file kept.
+  void KeepOverLimit(PodRecord* p, const ShmDir& d, NodeSnapshot* snap) const;
   // The one step of a scan that writes: renames back the files a reclaim
   // left in quarantine (an agent killed mid-reclaim) in each pod's own tmpfs
   // and lists those tmpfs again; nothing in a read-only agent. No reclaim
@@ -311,7 +337,9 @@ class Scanner {
   // and inodes are in use (pages written or punched through a mapping). A walk
   // (start-up, overflow, audit, request) lists every tmpfs afresh. What can
   // be stale until then: a file's mtime changed by utimensat alone (the
-  // age shown for it).
+  // age shown for it). A listing that stopped at max_files_per_pod is reused
+  // by every light scan, watched or not, until statfs shows the tmpfs back
+  // under the limit (OverLimitListing).
   struct FsUse {
     uint64_t blocks = 0, bfree = 0, files = 0, ffree = 0;
     bool operator==(const FsUse&) const = default;
