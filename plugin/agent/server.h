@@ -62,6 +62,12 @@ struct ServerOptions {
   std::string metrics_bearer_token_file;
 
   static ServerOptions FromConfig(const Config& config);
+  // TCP with TLS that verifies client certificates: the only TCP listener on
+  // which calls that change the node (ReclaimLeaks) are served.
+  bool tcp_mtls() const { return !tcp_insecure && !tls_client_ca_file.empty(); }
+  // One line for the start-up log when a TCP listener serves read-only calls
+  // only ("" when there is none, or it is mTLS).
+  std::string TcpReadOnlyNote() const;
 };
 
 class AgentServer {
