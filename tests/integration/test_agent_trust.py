@@ -7,15 +7,22 @@ holding torch_<deadpid>_* files (true leaks), real kernel, real gRPC and TLS.
   counted in shmkeeper_grpc_calls_denied_total, the files kept) and say so
   once at start-up, while read calls (`leaks`) are still served there; the
   same reclaim over mTLS is the positive control; the root-only unix socket
-  keeps reclaiming on every listener setting.
+  keeps reclaiming on every listener setting;
+- leaks.reclaim (off | report | auto) is the node's switch: a pod's
+  annotation shmkeeper.io/reclaim: auto reclaims nothing on an `off` or
+  `report` node (real runc containers, their leaks made inside them), a pod
+  may opt out on an `auto` node; `shmkeeper reclaim --yes` is refused on an
+  `off` node.
 """
 import json
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from harness import CLI, require, run
+from harness import CLI, SHMTOOL, oci_bundle, require, run, wait_for
 from reclaim_attack import (HOLDERS, Tmpfs, agent_config, make_leaks, metric_values, scrape, start_agent,
                             wait_reclaimable)
 
@@ -108,4 +115,64 @@ def test_reclaim_over_tcp_needs_a_verified_client_certificate(tmp_path, root_and
         if agent:
             agent.stop()
         shm.stop()
+
+
+def runc_pod(tmp_path, rootfs, name, annotations):
+    """A runc container `name` (sleep 600, its own /dev/shm, shmtool at /t/shmtool) with `annotations`, under the
+    runc root it returns with its init pid; the caller deletes it."""
+    require(SHMTOOL.exists(), f"shmtool not built at {SHMTOOL}")
+    state = tmp_path / "runc-root"
+
+    def edit(spec):
+        spec["mounts"].append({"destination": "/t/shmtool", "type": "bind", "source": str(SHMTOOL),
+                               "options": ["bind", "ro"]})
+
+    bundle = oci_bundle(tmp_path / name, rootfs, ["sleep", "600"], edit=edit, annotations=annotations)
+    subprocess.run(["runc", "--root", str(state), "run", "-d", "--bundle", str(bundle), name], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    return state, int(json.loads(run(["runc", "--root", state, "state", name]).stdout)["pid"])
+
+
+def scans(agent):
+    return sum(metric_values(scrape(agent), "shmkeeper_scans_total").values())
+
+
+@pytest.mark.parametrize("node,pod", [("off", "auto"), ("report", "auto"), ("auto", "auto"), ("auto", "report")],
+                         ids=["off-node-pod-auto", "report-node-pod-auto", "auto-node-pod-auto",
+                              "auto-node-pod-report"])
+def test_no_pod_annotation_reclaims_beyond_the_node(tmp_path, rootfs, root_and_runc, node, pod):
+    """leaks.reclaim is the node's switch: a pod's shmkeeper.io/reclaim: auto auto-reclaims nothing on an `off` or
+    `report` node; on an `auto` node it is reclaimed (the positive control), unless the pod opts out (`report`).
+    `shmkeeper reclaim --yes` is refused in one line on an `off` node and reclaims on a `report` one (control)."""
+    name = f"s9-reclaim-{node}-{pod}"
+    state, pid = runc_pod(tmp_path, rootfs, name, {"shmkeeper.io/reclaim": pod})
+    agent = None
+    try:
+        base = tmp_path / "agent"
+        agent = start_agent(base, agent_config(base, [], reclaim=node, runtime_roots=[state]))
+        out = run(["runc", "--root", state, "exec", name, "/t/shmtool", "torch-leak", "1"], check=False).stdout
+        assert out.startswith("ready"), out
+        (leak,) = [f for f in os.listdir(f"/proc/{pid}/root/dev/shm") if f.startswith("torch_")]
+        on_host = Path(f"/proc/{pid}/root/dev/shm") / leak
+        if node == "auto" and pod == "auto":  # positive control: the agent reclaims it by itself
+            wait_for(lambda: not on_host.exists(), timeout=30, what="the leak auto-reclaimed on an auto node")
+            return
+        wait_reclaimable(agent.sock, [f"/dev/shm/{leak}"])
+        first = scans(agent)
+        wait_for(lambda: scans(agent) >= first + 3, timeout=30, what="3 scans after the leak was reclaimable")
+        assert on_host.exists(), f"a pod's shmkeeper.io/reclaim: {pod} auto-reclaimed on a {node} node"
+        if node == "auto":
+            return
+        p = agent.cli("reclaim", "--yes", check=False)
+        if node == "off":
+            assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, p.stdout + p.stderr
+            assert "leaks.reclaim is off on this node" in p.stderr
+            assert on_host.exists(), "reclaim --yes removed a leak on an off node"
+        else:  # control: the same request on a report node reclaims
+            assert p.returncode == 0 and "reclaimed 1 segment(s)" in p.stdout, p.stdout + p.stderr
+            assert not on_host.exists()
+    finally:
+        run(["runc", "--root", state, "delete", "-f", name], check=False)
+        if agent:
+            agent.stop()
 

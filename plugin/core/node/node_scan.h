@@ -96,7 +96,9 @@ struct PodRecord {
   std::string shm_host_source;      // the host tmpfs bound at the pod's /dev/shm, when the spec says so
   dev_t shm_dev = 0;
   bool shares_host_shm = false;
-  bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
+  // annotation shmkeeper.io/reclaim: report or off: the pod opts out of the
+  // node's leaks.reclaim: auto (no annotation opts in beyond the node).
+  bool reclaim_opt_out = false;
 };
 
 struct LeakRecord {
@@ -126,7 +128,7 @@ struct LeakRecord {
   // What the scan saw of the SysV segment: removal requires all of it unchanged.
   pid_t sysv_lpid = 0;
   int64_t sysv_atime = 0, sysv_dtime = 0;
-  bool reclaim_auto = false;
+  bool reclaim_opt_out = false;  // its pod's
 };
 
 struct NodeSnapshot {
