@@ -51,7 +51,7 @@ struct ServerOptions {
   std::string tcp_address;                                // "" = none; "host:0" picks a port
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
   bool tcp_insecure = false;
-  std::string metrics_address = "0.0.0.0:9731";  // "" = none; "host:0" picks a port
+  std::string metrics_address = "127.0.0.1:9731";  // "" = none; "host:0" picks a port
   HttpLimits http_limits;
   // HTTPS for the metrics listener when set (client certificates required when
   // metrics_client_ca_file is set too).

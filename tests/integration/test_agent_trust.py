@@ -12,7 +12,9 @@ holding torch_<deadpid>_* files (true leaks), real kernel, real gRPC and TLS.
   annotation shmkeeper.io/reclaim: auto reclaims nothing on an `off` or
   `report` node (real runc containers, their leaks made inside them), a pod
   may opt out on an `auto` node; `shmkeeper reclaim --yes` is refused on an
-  `off` node.
+  `off` node;
+- /metrics of a host install (deploy/config/config.yaml) and of the built-in
+  defaults listens on 127.0.0.1:9731 only.
 """
 import json
 import os
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CLI, SHMTOOL, oci_bundle, require, run, wait_for
+from harness import AGENTD, CLI, SHMTOOL, oci_bundle, require, run, wait_for
 from reclaim_attack import (HOLDERS, Tmpfs, agent_config, make_leaks, metric_values, scrape, start_agent,
                             wait_reclaimable)
 
@@ -176,3 +178,55 @@ def test_no_pod_annotation_reclaims_beyond_the_node(tmp_path, rootfs, root_and_r
         if agent:
             agent.stop()
 
+
+def listeners(pid):
+    """(address, port) of every listening TCP socket in the network namespace of `pid`."""
+    out = set()
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state != "0A":
+                continue
+            addr, port = local.split(":")
+            if len(addr) == 8:
+                ip = ".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+            else:
+                ip = "::" if int(addr, 16) == 0 else ("::1" if addr == "00000000000000000000000001000000" else addr)
+            out.add((ip, int(port, 16)))
+    return out
+
+
+@pytest.mark.parametrize("config", ["host-install", "built-in", "exposed"])
+def test_the_default_host_config_serves_metrics_on_loopback_only(tmp_path, root_and_runc, config):
+    """The host install's policy (deploy/config/config.yaml, as the quick start copies it) and a node without a
+    policy file (the built-in defaults) listen for /metrics on 127.0.0.1:9731 only; the agent runs in a network
+    namespace of its own, so port 9731 is this test's. Control: `metricsAddress: 0.0.0.0:9731`, set by choice,
+    is seen listening on the wildcard address."""
+    import yaml
+    repo = Path(__file__).resolve().parents[2]
+    doc = yaml.safe_load((repo / "deploy/config/config.yaml").read_text()) if config == "host-install" else {}
+    agent = doc.setdefault("agent", {})
+    if config == "exposed":
+        agent["metricsAddress"] = "0.0.0.0:9731"
+    agent.update({"socket": f"{tmp_path}/agent.sock", "stateDir": f"{tmp_path}/state", "eventSocket": "",
+                  "runtimeRoots": [f"{tmp_path}/no-runtime-root"], "dockerSocket": "", "hostShmDirs": [],
+                  "criSocket": "none"})
+    doc.setdefault("log", {})["path"] = f"{tmp_path}/runtime.log"
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    log = tmp_path / "agent.log"
+    proc = subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" --config "$1"',
+                             str(AGENTD), str(cfg)], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: '"msg":"serving"' in log.read_text() or proc.poll() is not None, timeout=30,
+                 what="the agent serving")
+        assert proc.poll() is None, log.read_text()
+        on_9731 = {a for a in listeners(proc.pid) if a[1] == 9731}
+        if config == "exposed":
+            assert on_9731 == {("0.0.0.0", 9731)}, on_9731
+        else:
+            assert on_9731 == {("127.0.0.1", 9731)}, f"/metrics of the {config} policy listens on {on_9731}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

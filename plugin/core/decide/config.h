@@ -67,7 +67,9 @@ struct Config {
     // anyway and counts where the two disagree (docs/agent.md).
     std::chrono::milliseconds audit_interval{600000};
     // agent.metricsAddress: HTTP /metrics, /healthz, /readyz ("" = off).
-    std::string metrics_address = "0.0.0.0:9731";
+    // Loopback by default: exposing /metrics (which names every pod) to the
+    // network, and to every container that reaches the host, is a choice.
+    std::string metrics_address = "127.0.0.1:9731";
     // agent.runtimeRoots: runc/crun state directories to discover containers
     // in. Empty = Docker's, containerd's and CRI-O's defaults.
     std::vector<std::string> runtime_roots;
