@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "base/fileutil.h"
+#include "node/decision_tally.h"
 #include "node/metrics.h"
 #include "service.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
@@ -244,7 +245,12 @@ std::string ServerOptions::TcpReadOnlyNote() const {
 }
 
 AgentServer::AgentServer(Agent* agent, ServerOptions options)
-    : agent_(agent), opts_(std::move(options)), service_(std::make_unique<ShmKeeperService>(agent, opts_.tcp_mtls())) {}
+    : agent_(agent),
+      opts_(std::move(options)),
+      service_(std::make_unique<ShmKeeperService>(agent, opts_.tcp_mtls())),
+      tally_(std::make_unique<DecisionTally>()) {
+  tally_->Poll(agent->config().log.path);  // counts from now on
+}
 
 AgentServer::~AgentServer() { Shutdown(); }
 
@@ -300,10 +306,13 @@ Status AgentServer::StartHttp() {
   Agent* agent = agent_;
   HttpGuard* guard = guard_.get();
   const ShmKeeperService* service = service_.get();
-  http_->Get("/metrics", [agent, guard, service](const httplib::Request&, httplib::Response& res) {
+  DecisionTally* tally = tally_.get();
+  http_->Get("/metrics", [agent, guard, service, tally](const httplib::Request&, httplib::Response& res) {
     std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
-    res.set_content(RenderMetrics(snap.get(), *agent) + guard->RenderMetrics() + ServiceMetrics(*service),
-                    "text/plain; version=0.0.4");
+    tally->Poll(agent->config().log.path);  // the decisions logged since the last scrape
+    res.set_content(
+        RenderMetrics(snap.get(), *agent) + guard->RenderMetrics() + ServiceMetrics(*service) + tally->RenderMetrics(),
+        "text/plain; version=0.0.4");
   });
   std::string unix_socket = opts_.unix_socket;
   http_->Get("/healthz", [agent, unix_socket](const httplib::Request&, httplib::Response& res) {

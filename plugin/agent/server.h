@@ -5,6 +5,8 @@
 // client certificates) and with a bearer token for /metrics, behind the
 // connection limits of http_guard.h. The liveness probe does not use HTTP:
 // ProbeHealth asks over the unix socket, which untrusted clients cannot reach.
+// /metrics also counts the runtime wrapper's and hook's decisions from the
+// decision log (node/decision_tally.h).
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,10 @@ class Server;
 }
 namespace httplib {
 class Server;
+}
+
+namespace shmkeeper {
+class DecisionTally;
 }
 
 namespace shmkeeper::agent {
@@ -86,6 +92,8 @@ class AgentServer {
   Agent* agent_;
   ServerOptions opts_;
   std::unique_ptr<ShmKeeperService> service_;
+  // The wrapper's and hook's decisions, from log.path (read at each scrape).
+  std::unique_ptr<DecisionTally> tally_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpGuard> guard_;  // outlives http_ (its task queue calls back)
   std::unique_ptr<httplib::Server> http_;
