@@ -94,3 +94,4 @@ echo
 echo "Done. Every 'docker run' now gets /dev/shm from shmkeeper's policy (/etc/shmkeeper/config.yaml)."
 echo "Ask for a size with -e SHMKEEPER_SHM_SIZE=8g; undo with: shmkeeper uninstall docker"
 echo "See who uses shared memory: shmkeeper pods; leaks: shmkeeper leaks"
+echo "Prometheus /metrics listens on 127.0.0.1:9731 only; to expose it set agent.metricsAddress (docs/monitoring.md, Exposure)"

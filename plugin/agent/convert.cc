@@ -156,7 +156,7 @@ void ToProto(const NodeSnapshot& in, const Config& config, v1::Node* out) {
   pol->set_shm_default_bytes(config.shm.default_bytes.value_or(0));
   pol->set_shm_max_bytes(config.shm.max_bytes.value_or(Os::Default()->HostMemoryBytes()));
   pol->set_shm_over_max(config.shm.over_max == OverMax::kClamp ? "clamp" : "reject");
-  pol->set_leaks_reclaim(config.leaks.reclaim == LeakReclaim::kAuto ? "auto" : "report");
+  pol->set_leaks_reclaim(LeakReclaimName(config.leaks.reclaim));
   Duration(static_cast<double>(config.leaks.grace.count()), pol->mutable_leaks_grace());
   Duration(std::chrono::duration<double>(config.agent.scan_interval).count(), pol->mutable_scan_interval());
   out->set_agent_version(SHMKEEPER_VERSION);

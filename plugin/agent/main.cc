@@ -225,7 +225,9 @@ int Run(int argc, char** argv) {
   }
   agent.SetWarningSink([](const std::string& w) { Log("warning", w); });
   if (Status s = agent.Start(); !s.ok()) Log("warning", s.message() + "; creator records and hook events are off");
-  AgentServer server(&agent, ServerOptions::FromConfig(*config));
+  ServerOptions server_options = ServerOptions::FromConfig(*config);
+  if (std::string note = server_options.TcpReadOnlyNote(); !note.empty()) Log("warning", note);
+  AgentServer server(&agent, std::move(server_options));
   if (Status s = server.Start(); !s.ok()) {
     Log("error", s.message());
     return 1;

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "base/fileutil.h"
+#include "node/decision_tally.h"
 #include "node/metrics.h"
 #include "service.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
@@ -205,10 +206,15 @@ Result<std::string> ProbeOverHttp(const Config& config) {
   return res->body;
 }
 
-std::string WatchMetrics(const ShmKeeperService& service) {
+std::string ServiceMetrics(const ShmKeeperService& service) {
   return "# HELP shmkeeper_watch_streams Watch streams subscribed to the agent's events now (at most "
          "agent.maxWatchStreams).\n# TYPE shmkeeper_watch_streams gauge\nshmkeeper_watch_streams " +
-         std::to_string(service.watch_subscribed()) + "\n";
+         std::to_string(service.watch_subscribed()) +
+         "\n# HELP shmkeeper_grpc_calls_denied_total Calls that change the node refused (PERMISSION_DENIED) "
+         "because the TCP caller had no client certificate verified against agent.tcp.clientCAFile.\n"
+         "# TYPE shmkeeper_grpc_calls_denied_total counter\n"
+         "shmkeeper_grpc_calls_denied_total{method=\"ReclaimLeaks\"} " +
+         std::to_string(service.reclaim_denied()) + "\n";
 }
 
 }  // namespace
@@ -231,8 +237,20 @@ ServerOptions ServerOptions::FromConfig(const Config& c) {
   return o;
 }
 
+std::string ServerOptions::TcpReadOnlyNote() const {
+  if (tcp_address.empty() || tcp_mtls()) return "";
+  return "the TCP listener " + tcp_address +
+         (tcp_insecure ? " is plaintext (agent.tcp.insecure)" : " has no agent.tcp.clientCAFile") +
+         ": it serves read-only calls only; ReclaimLeaks over TCP needs mTLS (the unix socket serves everything)";
+}
+
 AgentServer::AgentServer(Agent* agent, ServerOptions options)
-    : agent_(agent), opts_(std::move(options)), service_(std::make_unique<ShmKeeperService>(agent)) {}
+    : agent_(agent),
+      opts_(std::move(options)),
+      service_(std::make_unique<ShmKeeperService>(agent, opts_.tcp_mtls())),
+      tally_(std::make_unique<DecisionTally>()) {
+  tally_->Poll(agent->config().log.path);  // counts from now on
+}
 
 AgentServer::~AgentServer() { Shutdown(); }
 
@@ -288,10 +306,13 @@ Status AgentServer::StartHttp() {
   Agent* agent = agent_;
   HttpGuard* guard = guard_.get();
   const ShmKeeperService* service = service_.get();
-  http_->Get("/metrics", [agent, guard, service](const httplib::Request&, httplib::Response& res) {
+  DecisionTally* tally = tally_.get();
+  http_->Get("/metrics", [agent, guard, service, tally](const httplib::Request&, httplib::Response& res) {
     std::shared_ptr<const NodeSnapshot> snap = agent->Snapshot();
-    res.set_content(RenderMetrics(snap.get(), *agent) + guard->RenderMetrics() + WatchMetrics(*service),
-                    "text/plain; version=0.0.4");
+    tally->Poll(agent->config().log.path);  // the decisions logged since the last scrape
+    res.set_content(
+        RenderMetrics(snap.get(), *agent) + guard->RenderMetrics() + ServiceMetrics(*service) + tally->RenderMetrics(),
+        "text/plain; version=0.0.4");
   });
   std::string unix_socket = opts_.unix_socket;
   http_->Get("/healthz", [agent, unix_socket](const httplib::Request&, httplib::Response& res) {

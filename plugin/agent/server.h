@@ -5,6 +5,8 @@
 // client certificates) and with a bearer token for /metrics, behind the
 // connection limits of http_guard.h. The liveness probe does not use HTTP:
 // ProbeHealth asks over the unix socket, which untrusted clients cannot reach.
+// /metrics also counts the runtime wrapper's and hook's decisions from the
+// decision log (node/decision_tally.h).
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,10 @@ class Server;
 }
 namespace httplib {
 class Server;
+}
+
+namespace shmkeeper {
+class DecisionTally;
 }
 
 namespace shmkeeper::agent {
@@ -51,7 +57,7 @@ struct ServerOptions {
   std::string tcp_address;                                // "" = none; "host:0" picks a port
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
   bool tcp_insecure = false;
-  std::string metrics_address = "0.0.0.0:9731";  // "" = none; "host:0" picks a port
+  std::string metrics_address = "127.0.0.1:9731";  // "" = none; "host:0" picks a port
   HttpLimits http_limits;
   // HTTPS for the metrics listener when set (client certificates required when
   // metrics_client_ca_file is set too).
@@ -62,6 +68,12 @@ struct ServerOptions {
   std::string metrics_bearer_token_file;
 
   static ServerOptions FromConfig(const Config& config);
+  // TCP with TLS that verifies client certificates: the only TCP listener on
+  // which calls that change the node (ReclaimLeaks) are served.
+  bool tcp_mtls() const { return !tcp_insecure && !tls_client_ca_file.empty(); }
+  // One line for the start-up log when a TCP listener serves read-only calls
+  // only ("" when there is none, or it is mTLS).
+  std::string TcpReadOnlyNote() const;
 };
 
 class AgentServer {
@@ -80,6 +92,8 @@ class AgentServer {
   Agent* agent_;
   ServerOptions opts_;
   std::unique_ptr<ShmKeeperService> service_;
+  // The wrapper's and hook's decisions, from log.path (read at each scrape).
+  std::unique_ptr<DecisionTally> tally_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpGuard> guard_;  // outlives http_ (its task queue calls back)
   std::unique_ptr<httplib::Server> http_;

@@ -22,6 +22,18 @@ Result<size_t> PageOffset(const std::string& token) {
 
 }  // namespace
 
+grpc::Status ShmKeeperService::AuthorizeChange(grpc::ServerContext* ctx, const char* method) {
+  // The unix socket's peers are "unix:<path>"; TCP's "ipv4:" or "ipv6:".
+  if (ctx->peer().starts_with("unix:")) return grpc::Status::OK;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (tcp_mtls_ && auth && auth->IsPeerAuthenticated()) return grpc::Status::OK;
+  reclaim_denied_.fetch_add(1);
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      std::string(method) +
+                          " changes the node: over TCP it needs a client certificate verified against "
+                          "agent.tcp.clientCAFile (mTLS); this listener serves read-only calls only");
+}
+
 grpc::Status ShmKeeperService::GetNode(grpc::ServerContext*, const v1::GetNodeRequest*, v1::GetNodeResponse* resp) {
   std::shared_ptr<const NodeSnapshot> snap = agent_->Snapshot();
   if (!snap) return ToGrpc(Status::Precondition("the first scan has not finished"));
@@ -63,6 +75,7 @@ grpc::Status ShmKeeperService::ListLeaks(grpc::ServerContext*, const v1::ListLea
 
 grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext* ctx, const v1::ReclaimLeaksRequest* req,
                                             v1::ReclaimLeaksResponse* resp) {
+  if (grpc::Status denied = AuthorizeChange(ctx, "ReclaimLeaks"); !denied.ok()) return denied;
   bool dry_run = !req->has_dry_run() || req->dry_run();
   std::vector<std::string> paths(req->paths().begin(), req->paths().end());
   for (const std::string& p : paths) {

@@ -1,8 +1,16 @@
 // shmkeeper.v1.ShmKeeper: thin handlers that validate requests, call the
 // Agent, and map results and errors to proto and gRPC status codes.
+//
+// Callers: the unix socket (root-only, mode 0660) may call everything. Over
+// TCP, the calls that change the node (ReclaimLeaks; every other call only
+// reads) need a client certificate verified against agent.tcp.clientCAFile;
+// without it (insecure: true, or TLS without a client CA) they get
+// PERMISSION_DENIED with one line of reason, counted in
+// shmkeeper_grpc_calls_denied_total.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include "node/engine.h"
 #include "shmkeeper/v1/agent.grpc.pb.h"
@@ -11,7 +19,9 @@ namespace shmkeeper::agent {
 
 class ShmKeeperService final : public v1::ShmKeeper::Service {
  public:
-  explicit ShmKeeperService(Agent* agent) : agent_(agent) {}
+  // `tcp_mtls`: the TCP listener (if any) verifies client certificates
+  // against a client CA, so an authenticated TCP peer may change the node.
+  ShmKeeperService(Agent* agent, bool tcp_mtls) : agent_(agent), tcp_mtls_(tcp_mtls) {}
 
   grpc::Status GetNode(grpc::ServerContext*, const v1::GetNodeRequest*, v1::GetNodeResponse*) override;
   grpc::Status ListPods(grpc::ServerContext*, const v1::ListPodsRequest*, v1::ListPodsResponse*) override;
@@ -28,9 +38,17 @@ class ShmKeeperService final : public v1::ShmKeeper::Service {
   // shmkeeper_watch_streams): a stream counts from the moment no event can
   // pass it by, so a client or test can wait on it instead of on time.
   int watch_subscribed() const { return watch_subscribed_.load(); }
+  // Calls that change the node refused for an unauthenticated TCP caller.
+  int64_t reclaim_denied() const { return reclaim_denied_.load(); }
 
  private:
-  Agent* agent_;                          // not owned; outlives the service
+  // OK for a caller on the unix socket or an mTLS-verified TCP peer; else
+  // PERMISSION_DENIED naming `method` and why, counted.
+  grpc::Status AuthorizeChange(grpc::ServerContext* ctx, const char* method);
+
+  Agent* agent_;  // not owned; outlives the service
+  const bool tcp_mtls_;
+  std::atomic<int64_t> reclaim_denied_{0};
   std::atomic<int> watch_streams_{0};     // admitted (the agent.maxWatchStreams cap)
   std::atomic<int> watch_subscribed_{0};  // subscribed
 };

@@ -48,7 +48,7 @@ Status ParseEnum(const YAML::Node& node, const std::array<const char*, N>& names
 constexpr std::array<const char*, 2> kOverMaxNames = {"reject", "clamp"};
 constexpr std::array<const char*, 2> kOnErrorNames = {"passthrough", "fail"};
 constexpr std::array<const char*, 4> kLevelNames = {"debug", "info", "warn", "error"};
-constexpr std::array<const char*, 2> kReclaimNames = {"report", "auto"};
+constexpr std::array<const char*, 3> kReclaimNames = {"report", "auto", "off"};
 
 Status SetString(const YAML::Node& n, std::string* out) {
   if (n.IsNull()) return Status::Ok();
@@ -388,6 +388,8 @@ Result<Config> LoadConfig(const std::string& path, bool must_exist) {
 }
 
 const char* LogLevelName(LogLevel level) { return kLevelNames[static_cast<size_t>(level)]; }
+
+const char* LeakReclaimName(LeakReclaim mode) { return kReclaimNames[static_cast<size_t>(mode)]; }
 
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   size_t i = 0;

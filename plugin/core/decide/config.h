@@ -23,7 +23,8 @@ inline constexpr const char* kConfigEnv = "SHMKEEPER_CONFIG";
 enum class OverMax { kReject, kClamp };
 enum class OnInternalError { kPassthrough, kFail };
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
-enum class LeakReclaim { kReport, kAuto };
+// leaks.reclaim; the order is that of the names in config.cc.
+enum class LeakReclaim { kReport, kAuto, kOff };
 
 struct Config {
   struct Shm {
@@ -66,7 +67,9 @@ struct Config {
     // anyway and counts where the two disagree (docs/agent.md).
     std::chrono::milliseconds audit_interval{600000};
     // agent.metricsAddress: HTTP /metrics, /healthz, /readyz ("" = off).
-    std::string metrics_address = "0.0.0.0:9731";
+    // Loopback by default: exposing /metrics (which names every pod) to the
+    // network, and to every container that reaches the host, is a choice.
+    std::string metrics_address = "127.0.0.1:9731";
     // agent.runtimeRoots: runc/crun state directories to discover containers
     // in. Empty = Docker's, containerd's and CRI-O's defaults.
     std::vector<std::string> runtime_roots;
@@ -143,7 +146,10 @@ struct Config {
   struct Leaks {
     // leaks.grace: how long a segment must stay unheld before reclaim.
     std::chrono::seconds grace{60};
-    // leaks.reclaim: "report" (default) or "auto".
+    // leaks.reclaim: "report" (default: listed; removed only by a request,
+    // `shmkeeper reclaim --yes`), "auto" (also removed at each scan; a pod
+    // may opt out) or "off" (never removed, not even on request). No pod
+    // annotation raises it.
     LeakReclaim reclaim = LeakReclaim::kReport;
   } leaks;
   // Where this config came from: a file path, or "" for built-in defaults.
@@ -165,6 +171,8 @@ Result<Config> LoadConfig(const std::string& path, bool must_exist);
 nlohmann::json ConfigToJson(const Config& config);
 
 const char* LogLevelName(LogLevel level);
+// "report", "auto" or "off", as leaks.reclaim spells it.
+const char* LeakReclaimName(LeakReclaim mode);
 
 // Parses "250ms", "10s", "5m", "1h" (a positive integer and one unit).
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);

@@ -208,6 +208,9 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
   if (read_only_ && !dry_run) {
     return Status::Precondition("this agent is read-only (--read-only): another agent owns reclaim on this node");
   }
+  if (config().leaks.reclaim == LeakReclaim::kOff && !dry_run) {
+    return Status::Precondition("leaks.reclaim is off on this node: no leak is removed, not even on request");
+  }
   MutexLock scan_lock(&scan_mu_);  // no scan runs while files are in quarantine (reclaim.h)
   if (std::chrono::steady_clock::now() >= deadline) return Status::Precondition("the caller's deadline passed");
   if (dry_run) {

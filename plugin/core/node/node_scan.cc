@@ -79,7 +79,8 @@ std::vector<PodRecord> GroupPods(const std::vector<ContainerRecord>& containers)
     }
     for (const auto& [k, v] : c.labels) p.labels[k] = v;
     p.started_sec = p.started_sec ? std::min(p.started_sec, c.created_sec) : c.created_sec;
-    p.reclaim_auto = p.reclaim_auto || Get(c.annotations, "shmkeeper.io/reclaim") == "auto";
+    const std::string want = Get(c.annotations, "shmkeeper.io/reclaim");
+    p.reclaim_opt_out = p.reclaim_opt_out || want == "report" || want == "off";
     p.containers.push_back(c);
   }
   std::vector<PodRecord> out;
@@ -173,7 +174,7 @@ void FinishLeak(LeakRecord l, PodRecord* p, SteadyClock::time_point now, SteadyC
   l.access_pid = p->access_pid;
   l.host_dir = p->host_dir;
   l.shm_host_source = p->shm_host_source;
-  l.reclaim_auto = p->reclaim_auto;
+  l.reclaim_opt_out = p->reclaim_opt_out;
   p->unheld_bytes += l.bytes;
   snap->unheld_bytes += l.bytes;
   if (l.state == LeakState::kLeaked) {

@@ -100,7 +100,9 @@ struct PodRecord {
   // unknown): a device number is reused by later tmpfs, this never is.
   uint64_t shm_fsid = 0;
   bool shares_host_shm = false;
-  bool reclaim_auto = false;  // annotation shmkeeper.io/reclaim: auto
+  // annotation shmkeeper.io/reclaim: report or off: the pod opts out of the
+  // node's leaks.reclaim: auto (no annotation opts in beyond the node).
+  bool reclaim_opt_out = false;
   // The tmpfs holds more than ScanOptions::max_files_per_pod entries
   // (agent.maxFilesPerPod, `files_limit`): its listing stopped there, none of
   // its files is judged (all kept, kept_by_reason "files_over_limit"), `files`
@@ -139,7 +141,7 @@ struct LeakRecord {
   // What the scan saw of the SysV segment: removal requires all of it unchanged.
   pid_t sysv_lpid = 0;
   int64_t sysv_atime = 0, sysv_dtime = 0;
-  bool reclaim_auto = false;
+  bool reclaim_opt_out = false;  // its pod's
 };
 
 struct NodeSnapshot {

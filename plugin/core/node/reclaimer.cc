@@ -28,7 +28,8 @@ Reclaimer::Reclaimer(std::string agent_id, bool read_only, EventHub* events, Rep
 ReclaimOutcome Reclaimer::Auto(const NodeSnapshot& snap, LeakReclaim mode) {
   std::vector<LeakRecord> due;
   for (const LeakRecord& l : snap.leaks) {
-    bool on = mode == LeakReclaim::kAuto || l.reclaim_auto;
+    // The node decides; a pod may only opt out (never in beyond the node).
+    bool on = mode == LeakReclaim::kAuto && !l.reclaim_opt_out;
     if (on && l.reclaimable) due.push_back(l);
   }
   if (due.empty() || read_only_) return {};

@@ -40,7 +40,8 @@ class Reclaimer {
   Reclaimer(std::string agent_id, bool read_only, EventHub* events, Reporter::Log log);
 
   // Removes the leaks of `snap` that are due: reclaimable, with leaks.reclaim
-  // auto (`mode`) or their pod's shmkeeper.io/reclaim: auto. Returns what it did.
+  // auto (`mode`) and their pod not opted out (shmkeeper.io/reclaim: report
+  // or off). Returns what it did.
   ReclaimOutcome Auto(const NodeSnapshot& snap, LeakReclaim mode) SHMK_EXCLUDES(mu_);
   // The leaks of `snap` in `ns` and `pod` ("" = all) whose path is in
   // `paths` (empty = all; as ListLeaks shows them), reclaimed, or with
