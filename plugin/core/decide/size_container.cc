@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "decide/cuda_ipc.h"
 #include "decide/decision_log.h"
 #include "decide/inject.h"
 #include "decide/plan.h"
