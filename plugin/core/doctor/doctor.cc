@@ -16,6 +16,7 @@
 #include "base/proc_args.h"
 #include "base/term_escape.h"
 #include "decide/workloads.h"
+#include "doctor/internal.h"
 #include "scan/memcg.h"
 #include "scan/proc_table.h"
 #include "scan/shm_dir.h"
@@ -24,12 +25,6 @@ namespace shmkeeper {
 namespace {
 
 constexpr ino_t kInitIpcNs = 0xEFFFFFFFU;  // PROC_IPC_INIT_INO
-constexpr ino_t kInitPidNs = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
-
-ino_t NsInode(const std::string& proc, const char* ns) {
-  struct stat st;
-  return ::stat((proc + "/self/ns/" + ns).c_str(), &st) == 0 ? st.st_ino : 0;
-}
 
 // Source, type and options of the mount at `path` from mountinfo.
 void ReadMount(const std::string& proc, const std::string& path, DoctorReport* r) {
@@ -57,66 +52,6 @@ void ReadMount(const std::string& proc, const std::string& path, DoctorReport* r
       if (!o.empty() && seen.insert(o).second) merged += (merged.empty() ? "" : ",") + o;
     }
     r->mount_options = merged;
-  }
-}
-
-void DetectEngine(const DoctorOptions& o, DoctorReport* r) {
-  Result<std::string> all = ReadFile(o.proc + "/self/cgroup", 1 << 16);
-  std::string cgtext = all.ok() ? *all : "";
-  bool k8s = std::getenv("KUBERNETES_SERVICE_HOST") != nullptr || cgtext.find("kubepods") != std::string::npos;
-  r->in_container = NsInode(o.proc, "pid") != kInitPidNs || PathExists(o.root + ".dockerenv") ||
-                    PathExists(o.root + "run/.containerenv") || k8s;
-  if (!r->in_container) {
-    bool docker = !FindProcessesByComm("dockerd", o.proc).empty();
-    r->engine = docker ? "host (Docker)" : "host";
-    return;
-  }
-  if (k8s) {
-    r->engine = cgtext.find("crio") != std::string::npos ? "kubernetes/cri-o" : "kubernetes/containerd";
-  } else if (PathExists(o.root + "run/.containerenv") || cgtext.find("libpod") != std::string::npos) {
-    r->engine = "podman";
-  } else if (PathExists(o.root + ".dockerenv") || cgtext.find("docker") != std::string::npos) {
-    r->engine = "docker";
-  } else if (cgtext.find("containerd") != std::string::npos) {
-    r->engine = "containerd";
-  } else {
-    r->engine = "unknown container engine";
-  }
-}
-
-std::string Suggest(const DoctorReport& r) {
-  int64_t want = std::max<int64_t>(2 * kGiB, r.used_bytes * 2);
-  for (const DoctorWorkload& w : r.workloads) want = std::max(want, w.bytes);
-  if (r.memcg_limit_bytes) want = std::min(want, r.memcg_limit_bytes);
-  return FormatSize((want + kGiB - 1) / kGiB * kGiB);
-}
-
-void Fixes(DoctorReport* r) {
-  std::string size = Suggest(*r);
-  std::string docker_size = std::to_string(std::atoll(size.c_str())) + "g";
-  const std::string& e = r->engine;
-  if (e == "docker") {
-    r->fixes = {"docker run --shm-size=" + docker_size + " ...",
-                "docker-compose: shm_size: \"" + docker_size + "b\" under the service",
-                "node-wide, once: shmkeeper install docker --set-as-default (every container then gets the "
-                "policy size; --shm-size, or -e SHMKEEPER_SHM_SIZE=" +
-                    docker_size + " when no --shm-size is given, asks for more)"};
-  } else if (e == "podman") {
-    r->fixes = {"podman run --shm-size=" + docker_size + " ...",
-                "podman run --annotation shmkeeper.io/shm-size=" + size.substr(0, size.size() - 1) +
-                    " ... "
-                    "(with shmkeeper install podman on the host)"};
-  } else if (e.starts_with("kubernetes")) {
-    std::string k8s = size.substr(0, size.size() - 1);  // "2GiB" -> "2Gi"
-    r->fixes = {"pod annotation shmkeeper.io/shm-size: \"" + k8s + "\" (shmkeeper on the node)",
-                "or mount an emptyDir {medium: Memory, sizeLimit: " + k8s + "} at /dev/shm in the pod spec"};
-    if (e.ends_with("cri-o")) r->fixes.push_back("CRI-O alone: annotation shm-size.crio.io: \"" + k8s + "\"");
-  } else if (e == "containerd") {
-    r->fixes = {"ctr run --mount type=tmpfs,src=shm,dst=/dev/shm,options=size=" + docker_size + " ...",
-                "or shmkeeper install containerd (then annotation shmkeeper.io/shm-size)"};
-  } else if (!r->in_container) {
-    r->fixes = {"the host's /dev/shm: mount -o remount,size=" + docker_size + " /dev/shm",
-                "containers: shmkeeper install docker --set-as-default"};
   }
 }
 
