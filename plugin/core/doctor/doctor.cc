@@ -112,6 +112,51 @@ void Frameworks(const std::vector<std::pair<pid_t, std::string>>& commands, cons
   if (nccl) w->push_back("NCCL: /dev/shm/nccl-* files are per communicator; leaked ones stay until removed");
 }
 
+// What is wrong, most important first; r->size_problem when a finding is one
+// that another size changes (leaked files alone are not: reclaim frees them).
+void Findings(const std::string& shm_path, DoctorReport* rp) {
+  DoctorReport& r = *rp;
+  if (!r.present) {
+    r.findings.push_back(shm_path + " does not exist: programs that use POSIX shared memory will fail");
+    r.size_problem = true;
+  } else if (r.host_ipc && r.in_container) {
+    r.findings.push_back("this container shares the host's IPC namespace and /dev/shm");
+  } else if (r.size_bytes <= 64 * kMiB && !r.in_container) {
+    r.findings.push_back("the host's /dev/shm is only " + FormatSize(r.size_bytes) +
+                         ": programs on the host that use POSIX shared memory will run out");
+    r.size_problem = true;
+  } else if (r.size_bytes <= 64 * kMiB) {
+    std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
+    auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
+                                    [](const DoctorWorkload& a, const DoctorWorkload& b) { return a.bytes < b.bytes; });
+    if (biggest != r.workloads.end()) {
+      who = biggest->name + " runs here (pid " + std::to_string(biggest->pid) + ") and wants " +
+            FormatSize(biggest->bytes) + "; with less: " + biggest->symptom;
+    }
+    r.findings.push_back("/dev/shm is " + FormatSize(r.size_bytes) +
+                         ", the 64MiB default of Docker, containerd and CRI-O: " + who);
+    r.size_problem = true;
+  }
+  int64_t leaked = 0;
+  for (const DoctorFile& f : r.leaked) leaked += f.bytes;
+  if (r.present && r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * 80) {
+    // Full of leaked files is the leak's problem: reclaiming them is the fix.
+    bool held_fill_it = (r.used_bytes - leaked) * 100 >= r.size_bytes * 80;
+    r.findings.push_back("/dev/shm is " + std::to_string(r.used_bytes * 100 / r.size_bytes) + "% full" +
+                         (held_fill_it ? "" : " (" + FormatSize(leaked) + " of it in files no process holds)"));
+    r.size_problem |= held_fill_it;
+  }
+  if (!r.leaked.empty()) {
+    r.findings.push_back(std::to_string(r.leaked.size()) + " file(s), " + FormatSize(leaked) +
+                         ", in /dev/shm are held by no process (leaked?)");
+  }
+  if (r.memcg_limit_bytes && r.size_bytes > r.memcg_limit_bytes) {
+    r.findings.push_back("/dev/shm (" + FormatSize(r.size_bytes) + ") is larger than the memory limit (" +
+                         FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
+    r.size_problem = true;
+  }
+}
+
 }  // namespace
 
 Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
@@ -147,37 +192,7 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
   }
   std::vector<std::pair<pid_t, std::string>> commands = Commands(o.proc);
   Workloads(commands, &r);
-  if (!r.present) {
-    r.findings.push_back(o.shm_path + " does not exist: programs that use POSIX shared memory will fail");
-  } else if (r.host_ipc) {
-    if (r.in_container) r.findings.push_back("this container shares the host's IPC namespace and /dev/shm");
-  } else if (r.size_bytes <= 64 * kMiB && !r.in_container) {
-    r.findings.push_back("the host's /dev/shm is only " + FormatSize(r.size_bytes) +
-                         ": programs on the host that use POSIX shared memory will run out");
-  } else if (r.size_bytes <= 64 * kMiB) {
-    std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
-    auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
-                                    [](const DoctorWorkload& a, const DoctorWorkload& b) { return a.bytes < b.bytes; });
-    if (biggest != r.workloads.end()) {
-      who = biggest->name + " runs here (pid " + std::to_string(biggest->pid) + ") and wants " +
-            FormatSize(biggest->bytes) + "; with less: " + biggest->symptom;
-    }
-    r.findings.push_back("/dev/shm is " + FormatSize(r.size_bytes) +
-                         ", the 64MiB default of Docker, containerd and CRI-O: " + who);
-  }
-  if (r.present && r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * 80) {
-    r.findings.push_back("/dev/shm is " + std::to_string(r.used_bytes * 100 / r.size_bytes) + "% full");
-  }
-  if (!r.leaked.empty()) {
-    int64_t bytes = 0;
-    for (const DoctorFile& f : r.leaked) bytes += f.bytes;
-    r.findings.push_back(std::to_string(r.leaked.size()) + " file(s), " + FormatSize(bytes) +
-                         ", in /dev/shm are held by no process (leaked?)");
-  }
-  if (r.memcg_limit_bytes && r.size_bytes > r.memcg_limit_bytes) {
-    r.findings.push_back("/dev/shm (" + FormatSize(r.size_bytes) + ") is larger than the memory limit (" +
-                         FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
-  }
+  Findings(o.shm_path, &r);
   ExplainSizeSource(o, &r);
   Fixes(&r);
   Frameworks(commands, r, &r.warnings);

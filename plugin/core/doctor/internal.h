@@ -16,7 +16,10 @@ ino_t NsInode(const std::string& proc, const char* ns);
 // Fills report->in_container and report->engine.
 void DetectEngine(const DoctorOptions& options, DoctorReport* report);
 
-// Fills report->fixes for report->engine. REQUIRES: the findings are known.
+// Fills report->fixes: only fixes that change what was found. Sizes for the
+// engine when report->size_problem (and, for Docker, a node-wide fix that
+// follows what doctor sees of shmkeeper); reclaim when files are leaked.
+// REQUIRES: the findings are known.
 void Fixes(DoctorReport* report);
 
 }  // namespace shmkeeper
