@@ -233,6 +233,10 @@ def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine
     assert "fix: docker run --shm-size=2g" in p.stdout
     assert 'shm_size: "2gb"' in p.stdout
     assert "engine          docker" in p.stdout
+    # shmkeeper is this node's default runtime; --runtime runc bypassed it. From inside, doctor cannot see
+    # the default (docs/doctor.md): it names the bypass beside the install, never the install alone.
+    assert "(--runtime runc): start it without --runtime" in p.stdout, p.stdout
+    assert "fix: node-wide, once: shmkeeper install" not in p.stdout, p.stdout
     j = json.loads(docker_engine.docker("run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", IMG,
                                         "/doctor", "-o", "json").stdout)
     assert j["schemaVersion"] == "shmkeeper.io/v1"
@@ -244,6 +248,9 @@ def test_doctor_in_a_default_container_names_the_limit_and_the_fix(docker_engine
     j = json.loads(p.stdout)
     assert j["shm"]["sizeBytes"] > 64 * MiB
     assert [f["path"] for f in j["leaked"]] == ["/dev/shm/torch_99_0"]
+    # The size is right and shmkeeper ran it: only the leak's fixes, no size and no install.
+    assert any("shmkeeper leaks" in f for f in j["fixes"]), j["fixes"]
+    assert not any("--shm-size" in f or "shm_size" in f or "install" in f for f in j["fixes"]), j["fixes"]
     assert any("PyTorch" in w for w in j["warnings"])
 
 

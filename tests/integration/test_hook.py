@@ -166,3 +166,39 @@ def test_shmkeeper_config_naming_a_missing_file_is_a_warning(env):
     assert p.returncode == 0, p.stderr
     assert f"shmkeeper-hook: SHMKEEPER_CONFIG names {missing}, which does not exist: using the defaults" in p.stderr, \
         p.stderr
+
+
+def test_cuda_ipc_in_the_hook_is_the_wrappers_decision_and_never_applied(env):
+    """The hook takes the CUDA IPC decision from the same code as the wrapper (decide/cuda_ipc.cc) and
+    logs it; it runs after the runtime read the spec, so it never adds a device (test_inject.py: the
+    wrapper, which does)."""
+    shm = engine_tmpfs(env, env.tmp / "crio" / "shm")
+    dev = env.tmp / "dev"
+    dev.mkdir()
+    for name, minor in [("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)]:
+        os.mknod(dev / name, 0o666 | 0o020000, os.makedev(195, minor))
+    devices = env.tmp / "proc-devices"
+    devices.write_text("Character devices:\n195 nvidia-frontend\n")
+
+    def decide(name, annotations, env_vars=()):
+        b = bundle(env, name, shm, {**crio_sandbox(shm), **annotations}, env_vars)
+        spec = json.loads((b / "config.json").read_text())
+        spec["linux"].setdefault("devices", []).append(
+            {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1, "fileMode": 0o666})
+        (b / "config.json").write_text(json.dumps(spec))
+        before = (b / "config.json").read_text()
+        p = subprocess.run([str(HOOK), "--config", str(env.config), "createRuntime"],
+                           input=json.dumps({"id": name, "bundle": str(b)}), capture_output=True, text=True,
+                           timeout=10)
+        assert p.returncode == 0, p.stderr
+        assert (b / "config.json").read_text() == before  # the hook never edits the spec
+        return [json.loads(x) for x in env.log.read_text().splitlines() if '"shm decision"' in x][-1]
+
+    ask = {"shmkeeper.io/cuda-ipc": "true"}
+    assert decide("env", {}, ["SHMKEEPER_CUDA_IPC=1"])["cuda"] == "cuda-ipc: env ignored"
+    assert decide("off", ask)["cuda"] == "cuda-ipc: off on this node"
+    with open(env.config, "a") as f:
+        f.write(f"cuda:\n  ipc: allocated\n  devDir: {dev}\n  procDevices: {devices}\n")
+    d = decide("allowed", ask)
+    assert d["cuda"] == "cuda-ipc: not applied by the hook", d
+    assert any("only shmkeeper-runtime can add /dev/nvidiactl and RLIMIT_MEMLOCK" in n for n in d["notes"]), d

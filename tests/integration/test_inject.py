@@ -306,14 +306,43 @@ PROBE = ("for d in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm /dev
          "cat /dev/nvidiactl 2>&1 | head -1")
 
 
-def test_cuda_ipc_adds_the_nvidia_nodes_cgroup_rules_and_memlock(env, rootfs, gpu_host):
-    p = wrapped(env, bundle(env, rootfs, "g", ["sh", "-c", PROBE], {"shmkeeper.io/cuda-ipc": "true"}), "c-gpu")
+def allow_cuda_ipc(env):
+    """The node policy cuda.ipc: allocated (the cuda: block is the config's last, from gpu_host)."""
+    with open(env.config, "a") as f:
+        f.write("  ipc: allocated\n")
+
+
+def with_gpu(minor):
+    """linux.devices /dev/nvidia<minor> and its cgroup rule, as --gpus, the device plugin or CDI put them."""
+    def edit(spec):
+        spec["linux"].setdefault("devices", []).append(
+            {"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": minor, "fileMode": 0o666})
+        spec["linux"]["resources"]["devices"].append(
+            {"allow": True, "type": "c", "major": 195, "minor": minor, "access": "rwm"})
+    return edit
+
+
+def gpu_bundle(env, rootfs, name, annotations=None, env_vars=(), gpu=None):
+    return oci_bundle(env.tmp / name, rootfs, ["sh", "-c", PROBE], with_gpu(gpu) if gpu is not None else None,
+                      env_vars, annotations or {})
+
+
+def seen_devices(p):
+    return {line.split()[0]: line.split()[1] for line in p.stdout.splitlines() if line.startswith("/dev/")}
+
+
+ASK = {"shmkeeper.io/cuda-ipc": "true"}
+
+
+def test_cuda_ipc_adds_the_control_nodes_for_the_containers_own_gpu_and_memlock(env, rootfs, gpu_host):
+    allow_cuda_ipc(env)
+    p = wrapped(env, gpu_bundle(env, rootfs, "g", ASK, gpu=1), "c-gpu")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    seen = {line.split()[0]: line.split()[1] for line in lines if line.startswith("/dev/")}
-    assert seen == {"/dev/nvidia0": "c3:0", "/dev/nvidia1": "c3:1", "/dev/nvidiactl": "c3:ff",
-                    "/dev/nvidia-uvm": "1ff:0", "/dev/nvidia-uvm-tools": "1ff:1",
-                    "/dev/nvidia-caps/nvidia-cap1": "1fe:1"}  # majors from /proc/devices; nvidia7 (major 12) and the symlink are not
+    # Its own GPU (from the spec), the control and UVM nodes with the majors of /proc/devices; never the
+    # other GPU nvidia0, a MIG capability, nvidia7 (major 12) or the symlink.
+    assert seen_devices(p) == {"/dev/nvidia1": "c3:1", "/dev/nvidiactl": "c3:ff", "/dev/nvidia-uvm": "1ff:0",
+                               "/dev/nvidia-uvm-tools": "1ff:1"}
     hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
     can_raise = subprocess.run(["/usr/bin/python3", "-c", "import resource as r; i=r.RLIM_INFINITY; "
                                 "r.setrlimit(r.RLIMIT_MEMLOCK, (i, i))"], capture_output=True).returncode == 0
@@ -324,17 +353,41 @@ def test_cuda_ipc_adds_the_nvidia_nodes_cgroup_rules_and_memlock(env, rootfs, gp
     assert "No such device or address" in p.stdout and "Operation not permitted" not in p.stdout
     d = last_decision(env)
     assert d["cuda"] == "cuda-ipc" and any("own PID namespace" in n for n in d["notes"])
+    assert "for the container's GPUs /dev/nvidia1: added /dev/nvidiactl" in d["notes"][0], d["notes"]
+
+
+def test_cuda_ipc_is_never_given_by_the_env_a_default_node_or_without_a_gpu(env, rootfs, gpu_host):
+    # A default node (cuda.ipc: off): the image's env and the pod's annotation add nothing, and the
+    # container still starts; the decision log says why.
+    p = wrapped(env, gpu_bundle(env, rootfs, "e", env_vars=["SHMKEEPER_CUDA_IPC=1"]), "c-env")
+    assert p.returncode == 0 and seen_devices(p) == {}, (p.stdout, p.stderr)
+    d = last_decision(env)
+    assert d["cuda"] == "cuda-ipc: env ignored" and "SHMKEEPER_CUDA_IPC in the container's env is ignored" \
+        in d["notes"][0], d
+    p = wrapped(env, gpu_bundle(env, rootfs, "a", ASK, gpu=1), "c-off")
+    assert p.returncode == 0 and seen_devices(p) == {"/dev/nvidia1": "c3:1"}, (p.stdout, p.stderr)
+    d = last_decision(env)
+    assert d["cuda"] == "cuda-ipc: off on this node" and "cuda.ipc: off" in d["notes"][0], d
+    # A node that allows it: no GPU in the spec, or the env alone, adds nothing.
+    allow_cuda_ipc(env)
+    p = wrapped(env, gpu_bundle(env, rootfs, "n", ASK), "c-nogpu")
+    assert p.returncode == 0 and seen_devices(p) == {}, (p.stdout, p.stderr)
+    assert last_decision(env)["cuda"] == "cuda-ipc: no GPU in the spec"
+    p = wrapped(env, gpu_bundle(env, rootfs, "v", env_vars=["SHMKEEPER_CUDA_IPC=1"], gpu=0), "c-envgpu")
+    assert p.returncode == 0 and seen_devices(p) == {"/dev/nvidia0": "c3:0"}, (p.stdout, p.stderr)
+    assert last_decision(env)["cuda"] == "cuda-ipc: env ignored"
 
 
 def test_no_cuda_request_or_no_devices_changes_nothing(env, rootfs, gpu_host):
     p = wrapped(env, bundle(env, rootfs, "n", ["sh", "-c", PROBE]), "c-nogpu")
     assert p.returncode == 0 and not [x for x in p.stdout.splitlines() if x.startswith("/dev/")], p.stdout
+    allow_cuda_ipc(env)
     for f in gpu_host.rglob("*"):
-        if not f.is_dir():
+        if not f.is_dir() and f.name != "nvidia1":
             f.unlink()
-    p = wrapped(env, bundle(env, rootfs, "e", ["sh", "-c", PROBE], env_vars=["SHMKEEPER_CUDA_IPC=1"]), "c-empty")
-    assert p.returncode == 0 and not [x for x in p.stdout.splitlines() if x.startswith("/dev/")], p.stdout
-    assert "no NVIDIA device nodes" in last_decision(env)["notes"][0]
+    p = wrapped(env, gpu_bundle(env, rootfs, "e", ASK, gpu=1), "c-empty")
+    assert p.returncode == 0 and seen_devices(p) == {"/dev/nvidia1": "c3:1"}, p.stdout
+    assert "no NVIDIA control or UVM device nodes" in last_decision(env)["notes"][0]
 
 
 def test_preload_needs_nothing_newer_than_glibc_2_17():

@@ -35,6 +35,21 @@ TEST(Config, PreloadReserveIsABool) {
   EXPECT_NE(bad.status().message().find("preload.reserve"), std::string::npos) << bad.status().message();
 }
 
+TEST(Config, CudaIpcIsOffUnlessTheNodeAllowsIt) {
+  Result<Config> c = ParseConfig("", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->cuda.ipc, CudaIpc::kOff);
+  EXPECT_EQ(ConfigToJson(*c)["cuda"]["ipc"], "off");
+  c = ParseConfig("cuda:\n  ipc: allocated\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->cuda.ipc, CudaIpc::kAllocated);
+  EXPECT_EQ(ConfigToJson(*c)["cuda"]["ipc"], "allocated");
+  Result<Config> bad = ParseConfig("cuda:\n  ipc: all\n", "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("key 'cuda.ipc': \"all\" is not one of off, allocated"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Config, FullDocument) {
   Result<Config> c = ParseConfig(R"(
 # node policy

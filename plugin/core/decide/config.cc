@@ -49,6 +49,7 @@ constexpr std::array<const char*, 2> kOverMaxNames = {"reject", "clamp"};
 constexpr std::array<const char*, 2> kOnErrorNames = {"passthrough", "fail"};
 constexpr std::array<const char*, 4> kLevelNames = {"debug", "info", "warn", "error"};
 constexpr std::array<const char*, 3> kReclaimNames = {"report", "auto", "off"};
+constexpr std::array<const char*, 2> kCudaIpcNames = {"off", "allocated"};
 
 Status SetString(const YAML::Node& n, std::string* out) {
   if (n.IsNull()) return Status::Ok();
@@ -269,6 +270,8 @@ const Field kFields[] = {
      [](const Config& c) -> nlohmann::json { return c.inject.library; }},
     {"preload.reserve", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->preload.reserve); },
      [](const Config& c) -> nlohmann::json { return c.preload.reserve; }},
+    {"cuda.ipc", [](const YAML::Node& n, Config* c) { return ParseEnum(n, kCudaIpcNames, &c->cuda.ipc); },
+     [](const Config& c) -> nlohmann::json { return kCudaIpcNames[static_cast<size_t>(c.cuda.ipc)]; }},
     {"cuda.devDir", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.dev_dir); },
      [](const Config& c) -> nlohmann::json { return c.cuda.dev_dir; }},
     {"cuda.procDevices", [](const YAML::Node& n, Config* c) { return SetString(n, &c->cuda.proc_devices); },

@@ -25,6 +25,7 @@ enum class OnInternalError { kPassthrough, kFail };
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
 // leaks.reclaim; the order is that of the names in config.cc.
 enum class LeakReclaim { kReport, kAuto, kOff };
+enum class CudaIpc { kOff, kAllocated };
 
 struct Config {
   struct Shm {
@@ -138,6 +139,13 @@ struct Config {
     bool reserve = false;
   } preload;
   struct Cuda {
+    // cuda.ipc: "off" (default): no container gets CUDA IPC device access.
+    // "allocated": a container that holds NVIDIA GPUs in its spec (linux.devices
+    // /dev/nvidiaN, put there by the engine, the device plugin or CDI) and
+    // asks with the annotation shmkeeper.io/cuda-ipc: "true" gets the control
+    // and UVM nodes and RLIMIT_MEMLOCK, never another GPU (decide/cuda_ipc.h).
+    // The container's env never enables it.
+    CudaIpc ipc = CudaIpc::kOff;
     // cuda.devDir and cuda.procDevices: where the NVIDIA device nodes and the
     // kernel's device list are read (other values only for tests).
     std::string dev_dir = "/dev";

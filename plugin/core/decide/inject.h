@@ -1,7 +1,7 @@
 // What shmkeeper-runtime adds to a container's spec besides the shm size:
-// the sharing runtime (libshmkeeper-preload.so) and CUDA IPC device access.
-// Both edit the spec only; the caller saves it. The image's rootfs is
-// untrusted: it is only ever opened below its own root, and a symlink where
+// the sharing runtime (libshmkeeper-preload.so; CUDA IPC device access is in
+// decide/cuda_ipc.h). It edits the spec only; the caller saves it. The
+// image's rootfs is untrusted: it is only ever opened below its own root, and a symlink where
 // shmkeeper would create a mount point refuses the injection.
 #pragma once
 
@@ -21,8 +21,6 @@ inline constexpr const char* kInjectEnv = "SHMKEEPER_INJECT";
 // writes it into the spec when the annotation or the policy decides.
 inline constexpr const char* kPreloadReserveAnnotation = "shmkeeper.io/preload-reserve";
 inline constexpr const char* kPreloadReserveEnv = "SHMKEEPER_PRELOAD_RESERVE";
-inline constexpr const char* kCudaIpcAnnotation = "shmkeeper.io/cuda-ipc";
-inline constexpr const char* kCudaIpcEnv = "SHMKEEPER_CUDA_IPC";
 // The library is mounted at <dir>/libshmkeeper-preload.so and the agent's
 // event directory at <dir>/events, <dir> being kPreloadDir, or
 // kPreloadFallbackDir when a mount of the container's own covers /run.
@@ -54,10 +52,5 @@ struct InjectResult {
 // decides, written as SHMKEEPER_PRELOAD_RESERVE=1 or =0 into the env,
 // replacing the container's own value.
 InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config, const std::string& runtime_dir);
-
-// Adds the host's NVIDIA device nodes (with device-cgroup allow rules) and
-// RLIMIT_MEMLOCK unlimited when the container asks for CUDA IPC. `notes` gets
-// what was done and advice (a PID-isolated container cannot use legacy CUDA IPC).
-InjectResult InjectCudaIpc(Spec* spec, const Config& config, std::vector<std::string>* notes);
 
 }  // namespace shmkeeper

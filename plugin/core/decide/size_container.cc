@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "decide/cuda_ipc.h"
 #include "decide/decision_log.h"
 #include "decide/inject.h"
 #include "decide/plan.h"
@@ -44,6 +45,13 @@ Status SizeContainerShm(const std::string& bundle, const std::string& container_
     record["preloadReserve"] = preload.reserve;
     record["cuda"] = cuda.what;
     record["notes"] = notes;
+  } else {  // the same CUDA IPC decision, said, never applied (decide/cuda_ipc.h)
+    std::vector<std::string> notes;
+    InjectResult cuda = ExplainCudaIpc(spec, config, &notes);
+    if (!cuda.what.empty()) {
+      record["cuda"] = cuda.what;
+      record["notes"] = notes;
+    }
   }
   if (edited) SHMK_RETURN_IF_ERROR(spec.Save());
   if (plan.action != ShmAction::kSkip) {

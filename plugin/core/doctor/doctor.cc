@@ -16,6 +16,7 @@
 #include "base/proc_args.h"
 #include "base/term_escape.h"
 #include "decide/workloads.h"
+#include "doctor/internal.h"
 #include "scan/memcg.h"
 #include "scan/proc_table.h"
 #include "scan/shm_dir.h"
@@ -24,12 +25,6 @@ namespace shmkeeper {
 namespace {
 
 constexpr ino_t kInitIpcNs = 0xEFFFFFFFU;  // PROC_IPC_INIT_INO
-constexpr ino_t kInitPidNs = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
-
-ino_t NsInode(const std::string& proc, const char* ns) {
-  struct stat st;
-  return ::stat((proc + "/self/ns/" + ns).c_str(), &st) == 0 ? st.st_ino : 0;
-}
 
 // Source, type and options of the mount at `path` from mountinfo.
 void ReadMount(const std::string& proc, const std::string& path, DoctorReport* r) {
@@ -57,66 +52,6 @@ void ReadMount(const std::string& proc, const std::string& path, DoctorReport* r
       if (!o.empty() && seen.insert(o).second) merged += (merged.empty() ? "" : ",") + o;
     }
     r->mount_options = merged;
-  }
-}
-
-void DetectEngine(const DoctorOptions& o, DoctorReport* r) {
-  Result<std::string> all = ReadFile(o.proc + "/self/cgroup", 1 << 16);
-  std::string cgtext = all.ok() ? *all : "";
-  bool k8s = std::getenv("KUBERNETES_SERVICE_HOST") != nullptr || cgtext.find("kubepods") != std::string::npos;
-  r->in_container = NsInode(o.proc, "pid") != kInitPidNs || PathExists(o.root + ".dockerenv") ||
-                    PathExists(o.root + "run/.containerenv") || k8s;
-  if (!r->in_container) {
-    bool docker = !FindProcessesByComm("dockerd", o.proc).empty();
-    r->engine = docker ? "host (Docker)" : "host";
-    return;
-  }
-  if (k8s) {
-    r->engine = cgtext.find("crio") != std::string::npos ? "kubernetes/cri-o" : "kubernetes/containerd";
-  } else if (PathExists(o.root + "run/.containerenv") || cgtext.find("libpod") != std::string::npos) {
-    r->engine = "podman";
-  } else if (PathExists(o.root + ".dockerenv") || cgtext.find("docker") != std::string::npos) {
-    r->engine = "docker";
-  } else if (cgtext.find("containerd") != std::string::npos) {
-    r->engine = "containerd";
-  } else {
-    r->engine = "unknown container engine";
-  }
-}
-
-std::string Suggest(const DoctorReport& r) {
-  int64_t want = std::max<int64_t>(2 * kGiB, r.used_bytes * 2);
-  for (const DoctorWorkload& w : r.workloads) want = std::max(want, w.bytes);
-  if (r.memcg_limit_bytes) want = std::min(want, r.memcg_limit_bytes);
-  return FormatSize((want + kGiB - 1) / kGiB * kGiB);
-}
-
-void Fixes(DoctorReport* r) {
-  std::string size = Suggest(*r);
-  std::string docker_size = std::to_string(std::atoll(size.c_str())) + "g";
-  const std::string& e = r->engine;
-  if (e == "docker") {
-    r->fixes = {"docker run --shm-size=" + docker_size + " ...",
-                "docker-compose: shm_size: \"" + docker_size + "b\" under the service",
-                "node-wide, once: shmkeeper install docker --set-as-default (every container then gets the "
-                "policy size; --shm-size, or -e SHMKEEPER_SHM_SIZE=" +
-                    docker_size + " when no --shm-size is given, asks for more)"};
-  } else if (e == "podman") {
-    r->fixes = {"podman run --shm-size=" + docker_size + " ...",
-                "podman run --annotation shmkeeper.io/shm-size=" + size.substr(0, size.size() - 1) +
-                    " ... "
-                    "(with shmkeeper install podman on the host)"};
-  } else if (e.starts_with("kubernetes")) {
-    std::string k8s = size.substr(0, size.size() - 1);  // "2GiB" -> "2Gi"
-    r->fixes = {"pod annotation shmkeeper.io/shm-size: \"" + k8s + "\" (shmkeeper on the node)",
-                "or mount an emptyDir {medium: Memory, sizeLimit: " + k8s + "} at /dev/shm in the pod spec"};
-    if (e.ends_with("cri-o")) r->fixes.push_back("CRI-O alone: annotation shm-size.crio.io: \"" + k8s + "\"");
-  } else if (e == "containerd") {
-    r->fixes = {"ctr run --mount type=tmpfs,src=shm,dst=/dev/shm,options=size=" + docker_size + " ...",
-                "or shmkeeper install containerd (then annotation shmkeeper.io/shm-size)"};
-  } else if (!r->in_container) {
-    r->fixes = {"the host's /dev/shm: mount -o remount,size=" + docker_size + " /dev/shm",
-                "containers: shmkeeper install docker --set-as-default"};
   }
 }
 
@@ -177,6 +112,51 @@ void Frameworks(const std::vector<std::pair<pid_t, std::string>>& commands, cons
   if (nccl) w->push_back("NCCL: /dev/shm/nccl-* files are per communicator; leaked ones stay until removed");
 }
 
+// What is wrong, most important first; r->size_problem when a finding is one
+// that another size changes (leaked files alone are not: reclaim frees them).
+void Findings(const std::string& shm_path, DoctorReport* rp) {
+  DoctorReport& r = *rp;
+  if (!r.present) {
+    r.findings.push_back(shm_path + " does not exist: programs that use POSIX shared memory will fail");
+    r.size_problem = true;
+  } else if (r.host_ipc && r.in_container) {
+    r.findings.push_back("this container shares the host's IPC namespace and /dev/shm");
+  } else if (r.size_bytes <= 64 * kMiB && !r.in_container) {
+    r.findings.push_back("the host's /dev/shm is only " + FormatSize(r.size_bytes) +
+                         ": programs on the host that use POSIX shared memory will run out");
+    r.size_problem = true;
+  } else if (r.size_bytes <= 64 * kMiB) {
+    std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
+    auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
+                                    [](const DoctorWorkload& a, const DoctorWorkload& b) { return a.bytes < b.bytes; });
+    if (biggest != r.workloads.end()) {
+      who = biggest->name + " runs here (pid " + std::to_string(biggest->pid) + ") and wants " +
+            FormatSize(biggest->bytes) + "; with less: " + biggest->symptom;
+    }
+    r.findings.push_back("/dev/shm is " + FormatSize(r.size_bytes) +
+                         ", the 64MiB default of Docker, containerd and CRI-O: " + who);
+    r.size_problem = true;
+  }
+  int64_t leaked = 0;
+  for (const DoctorFile& f : r.leaked) leaked += f.bytes;
+  if (r.present && r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * 80) {
+    // Full of leaked files is the leak's problem: reclaiming them is the fix.
+    bool held_fill_it = (r.used_bytes - leaked) * 100 >= r.size_bytes * 80;
+    r.findings.push_back("/dev/shm is " + std::to_string(r.used_bytes * 100 / r.size_bytes) + "% full" +
+                         (held_fill_it ? "" : " (" + FormatSize(leaked) + " of it in files no process holds)"));
+    r.size_problem |= held_fill_it;
+  }
+  if (!r.leaked.empty()) {
+    r.findings.push_back(std::to_string(r.leaked.size()) + " file(s), " + FormatSize(leaked) +
+                         ", in /dev/shm are held by no process (leaked?)");
+  }
+  if (r.memcg_limit_bytes && r.size_bytes > r.memcg_limit_bytes) {
+    r.findings.push_back("/dev/shm (" + FormatSize(r.size_bytes) + ") is larger than the memory limit (" +
+                         FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
+    r.size_problem = true;
+  }
+}
+
 }  // namespace
 
 Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
@@ -212,37 +192,7 @@ Result<DoctorReport> RunDoctor(const DoctorOptions& o) {
   }
   std::vector<std::pair<pid_t, std::string>> commands = Commands(o.proc);
   Workloads(commands, &r);
-  if (!r.present) {
-    r.findings.push_back(o.shm_path + " does not exist: programs that use POSIX shared memory will fail");
-  } else if (r.host_ipc) {
-    if (r.in_container) r.findings.push_back("this container shares the host's IPC namespace and /dev/shm");
-  } else if (r.size_bytes <= 64 * kMiB && !r.in_container) {
-    r.findings.push_back("the host's /dev/shm is only " + FormatSize(r.size_bytes) +
-                         ": programs on the host that use POSIX shared memory will run out");
-  } else if (r.size_bytes <= 64 * kMiB) {
-    std::string who = "PyTorch DataLoader workers, Ray and NCCL need more";
-    auto biggest = std::max_element(r.workloads.begin(), r.workloads.end(),
-                                    [](const DoctorWorkload& a, const DoctorWorkload& b) { return a.bytes < b.bytes; });
-    if (biggest != r.workloads.end()) {
-      who = biggest->name + " runs here (pid " + std::to_string(biggest->pid) + ") and wants " +
-            FormatSize(biggest->bytes) + "; with less: " + biggest->symptom;
-    }
-    r.findings.push_back("/dev/shm is " + FormatSize(r.size_bytes) +
-                         ", the 64MiB default of Docker, containerd and CRI-O: " + who);
-  }
-  if (r.present && r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * 80) {
-    r.findings.push_back("/dev/shm is " + std::to_string(r.used_bytes * 100 / r.size_bytes) + "% full");
-  }
-  if (!r.leaked.empty()) {
-    int64_t bytes = 0;
-    for (const DoctorFile& f : r.leaked) bytes += f.bytes;
-    r.findings.push_back(std::to_string(r.leaked.size()) + " file(s), " + FormatSize(bytes) +
-                         ", in /dev/shm are held by no process (leaked?)");
-  }
-  if (r.memcg_limit_bytes && r.size_bytes > r.memcg_limit_bytes) {
-    r.findings.push_back("/dev/shm (" + FormatSize(r.size_bytes) + ") is larger than the memory limit (" +
-                         FormatSize(r.memcg_limit_bytes) + "): shm pages count against it, filling it OOM-kills");
-  }
+  Findings(o.shm_path, &r);
   ExplainSizeSource(o, &r);
   Fixes(&r);
   Frameworks(commands, r, &r.warnings);

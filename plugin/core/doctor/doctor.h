@@ -37,7 +37,19 @@ struct DoctorReport {
   std::string mount_source, fstype, mount_options;
   ino_t ipc_ns = 0;
   bool host_ipc = false;  // the host's initial IPC namespace
+  // In a container: decided by the kernel's view of this process only
+  // (where.cc); container_evidence says which ("its own PID namespace", ...).
   bool in_container = false;
+  std::string container_evidence;
+  // In a container: shmkeeper-runtime edited its spec (its preload mount is
+  // there). On a host: Docker's daemon.json makes shmkeeper-runtime the
+  // default runtime. What doctor can see of shmkeeper; the fixes follow it.
+  bool shmkeeper_ran = false;
+  bool shmkeeper_default = false;
+  // A finding that another /dev/shm size changes (too small, full of files
+  // that are held, over the memory limit, a request that did not take): only
+  // then are sizes prescribed. Leaked files get the reclaim fixes instead.
+  bool size_problem = false;
   std::string engine;  // docker, podman, kubernetes/containerd, kubernetes/cri-o, containerd, host, none
   std::vector<SysvSegment> sysv;
   std::vector<DoctorFile> largest;
@@ -54,7 +66,7 @@ struct DoctorReport {
 struct DoctorOptions {
   std::string shm_path = "/dev/shm";
   std::string proc = "/proc";
-  std::string root = "/";                        // for engine markers (/.dockerenv, /run/.containerenv)
+  std::string root = "/";  // engine markers (/.dockerenv, /run/.containerenv), etc/docker/daemon.json
   std::string policy_path = kDefaultConfigPath;  // on a host: the policy file the runtime reads
 };
 

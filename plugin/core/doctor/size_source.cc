@@ -60,6 +60,7 @@ void ExplainSizeSource(const DoctorOptions& o, DoctorReport* r) {
                           FormatSize(r->size_bytes) +
                           "): an explicit --shm-size/shm_size or annotation wins over it "
                           "(docs/configuration.md#precedence); change that instead");
+    r->size_problem = true;
     return;
   }
   r->size_source = r->size_bytes == kEngineDefaultShmBytes || r->size_bytes == RoundUpToPage(kPodmanDefaultShmBytes)
