@@ -145,13 +145,19 @@ def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs)
         assert "errors=0" in out and int(out.split("uses=")[1].split()[0]) >= seconds * 2, out
         assert "LEAK_STATE_LEAKED" not in seen, seen
         assert used in segments(), f"the intermittently attached segment was removed ({out})"
-        # The control: the same creator's segment nobody attaches is reclaimed by the same loop.
+        # The control: the same creator's segment nobody attaches is reclaimed by the same loop,
+        # while `used` is still attached every 300 ms (once its peer stops it is a true leak
+        # after the grace, and a slow control would see it reclaimed too).
+        peer = subprocess.Popen(["runc", "--root", str(state), "exec", "sysv", "/t/shmtool", "sysv-use", str(used),
+                                 "300", "60"], stdout=subprocess.PIPE, text=True)
         loop = ReclaimLoop(agent)
         try:
             wait_for(lambda: control not in segments(), timeout=20, what="the unused SysV segment reclaimed")
+            assert used in segments()
         finally:
             loop.stop()
-        assert used in segments()
+            peer.kill()
+            peer.communicate()
     finally:
         run(["runc", "--root", state, "delete", "-f", "sysv"], check=False)
         if agent:
