@@ -102,7 +102,7 @@ def test_sysv_leak_reported_with_its_pod(docker_engine, agent):
     # unheld at first sight, leaked once leaks.grace (1 s) is over
     leak = wait_for(lambda: [l for l in leaks_of(agent, "sysv") if l.get("sysvId", 0) == shmid and not l.get("path")
                              and l["state"] == "LEAK_STATE_LEAKED"],
-                    timeout=2 * SCAN + 4, what="the SysV leak")[0]
+                    timeout=2 * SCAN + 20, what="the SysV leak")[0]
     assert int(leak["bytes"]) == 2 * MiB
     p = pod(agent, "sysv")
     assert p["shm"]["sysvSegments"] == 1 and int(p["shm"]["sysvBytes"]) == 2 * MiB
