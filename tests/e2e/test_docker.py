@@ -217,7 +217,7 @@ def test_doctor_names_the_workload_it_sees(docker_engine, bins):
         "run", "--rm", "--runtime", "runc", "-v", f"{doctor}:/doctor:ro", "-v", f"{bins.SHMTOOL}:/shmtool:ro", IMG,
         "sh", "-c", "(exec -a 'postgres: parallel worker' /shmtool hold PostgreSQL.1804289383 1 &); "
         "while [ ! -e /dev/shm/PostgreSQL.1804289383 ]; do sleep 0.1; done; /doctor; /doctor -o json")
-    text, js = p.stdout.split("{", 1)
+    text, js = p.stdout.split("\n{", 1)  # the text names docker info -f '{{.DefaultRuntime}}'
     j = json.loads("{" + js)
     assert [w["name"] for w in j["workloads"]] == ["PostgreSQL"]
     assert j["workloads"][0]["shmBytes"] == 1 << 30
