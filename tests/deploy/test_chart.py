@@ -109,14 +109,14 @@ def test_every_object_in_the_release_namespace_and_no_host_root(helm, tmp_path, 
     mounts = list(host_paths(docs)) + list(host_paths(render_variant(tmp_path / "k", variant)))
     assert mounts
     assert not [m for m in mounts if m[2] == "/"], "the host's / is mounted"
-    # The long-running agent mounts /run only (report-only: its own directory and the runtime's state, read-only);
-    # everything the installer writes is a narrow directory.
+    # The long-running agent mounts /run only (report-only: its own directory and the runtime's state, read-only),
+    # and the wrapper's decision log read-only; everything the installer writes is a narrow directory.
     if variant == "report-only":
         assert {m[2]: m[3] for m in mounts if m[1] == "agent"} == {
             "/run/shmkeeper": False, "/run/containerd/runc": True, "/run/containerd/io.containerd.runtime.v2.task": True,
-            "/run/containerd/io.containerd.grpc.v1.cri": True}
+            "/run/containerd/io.containerd.grpc.v1.cri": True, "/var/log/shmkeeper": True}
     else:
-        assert {m[2] for m in mounts if m[1] == "agent"} == {"/run"}
+        assert {m[2]: m[3] for m in mounts if m[1] == "agent"} == {"/run": False, "/var/log/shmkeeper": True}
     writable = {m[2] for m in mounts if not m[3]}
     assert writable <= {"/run", "/run/shmkeeper", "/etc/shmkeeper", "/usr/local", "/opt/shmkeeper", "/etc/containerd", "/etc/crio",
                         "/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd",

@@ -63,11 +63,11 @@ def test_daemonset_mounts_and_images_hold_together(rendered):
             for m in c.get("volumeMounts", []):
                 assert m["name"] in volumes, f"{c['name']} mounts {m['name']}, which has no volume"
         # Host paths are checked, never created (no runtime directories appear on nodes using another
-        # runtime), except shmkeeper's own: the install root and /etc/shmkeeper.
+        # runtime), except shmkeeper's own: the install root, /etc/shmkeeper and its decision log's directory.
         for v in pod["volumes"]:
             if "hostPath" in v:
-                assert v["hostPath"]["type"] == ("DirectoryOrCreate" if v["name"] in ("install-root", "host-policy")
-                                                 else "Directory"), v
+                own = ("install-root", "host-policy", "decision-log")
+                assert v["hostPath"]["type"] == ("DirectoryOrCreate" if v["name"] in own else "Directory"), v
         assert pod["hostPID"] is True
         assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
         for c in containers:
