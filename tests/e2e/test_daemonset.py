@@ -530,12 +530,13 @@ def test_workload_pods_get_their_size_and_the_preload(kubelet, rendered, agent_p
     assert "shmkeeper: cannot fit 64.0 MiB for /dev/shm/big" in log, log
 
     # The agent in the DaemonSet pod reports the pod; `shmkeeper pods` on the node reaches its socket at the
-    # host path the manifest mounts (/run/shmkeeper/agent.sock).
+    # host path the manifest mounts (/run/shmkeeper/agent.sock). A scan that ran while dd was writing lists part of
+    # the 24 MiB, so wait for a scan that started after it (the next one shows all of it).
     def listed():
         pods = json.loads(node.sh("/usr/local/bin/shmkeeper", "pods", "-o", "json").stdout).get("pods", [])
         return next((p for p in pods if p.get("namespace") == "default" and p.get("name") == "trainer"
-                     and int(p["shm"].get("usedBytes", 0)) > 0), None)
-    rec = wait_for(listed, timeout=40, interval=1, what="the agent listing the trainer pod")
+                     and int(p["shm"].get("usedBytes", 0)) >= 24 * MiB), None)
+    rec = wait_for(listed, timeout=40, interval=1, what="the agent listing the trainer pod with its 24 MiB")
     assert rec["kind"] == "POD_KIND_KUBERNETES" and rec["uid"] == pod["uid"]
     assert int(rec["shm"]["usedBytes"]) == 24 * MiB and int(rec["shm"]["sizeBytes"]) == 2 * GiB
     assert rec["shm"]["sizedBy"] == "runtime"
