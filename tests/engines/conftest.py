@@ -12,14 +12,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import sidroot  # noqa: E402
+from engines_env import HOOK, IMAGE, RUNTIME, STATIC_CLI, shmkeeper  # noqa: E402
 from harness import BUILD, require  # noqa: E402
-
-STATIC_CLI = BUILD / "plugin" / "shmkeeper-static"
-RUNTIME = BUILD / "plugin" / "shmkeeper-runtime"
-HOOK = BUILD / "plugin" / "shmkeeper-hook"
-IMAGE = "localhost/shmk-busybox:engines"
-MiB = 1 << 20
-POLICY_DEFAULT = 256 * MiB
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +33,7 @@ def ns(sid_root, rootfs):
     base = sidroot.short_base("engines")
     space = sidroot.SidNamespace(base, root=sid_root, binds=[BUILD, rootfs]).start()
     space.policy = base / "shmkeeper.yaml"
-    space.policy.write_text(f"shm:\n  default: 256Mi\n  max: 4Gi\nlog:\n  path: {base}/runtime.log\n")
+    space.policy.write_text(f"log:\n  path: {base}/runtime.log\n")  # shm.default auto, shm.max host RAM
     space.runtime_log = base / "runtime.log"
     try:
         yield space
@@ -47,11 +41,6 @@ def ns(sid_root, rootfs):
         space.stop()
         import shutil
         shutil.rmtree(base, ignore_errors=True)
-
-
-def shmkeeper(ns, *args, check=True):
-    """The static CLI inside the sid root."""
-    return ns.run([STATIC_CLI, *args], check=check)
 
 
 @pytest.fixture(scope="session")

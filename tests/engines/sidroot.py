@@ -112,7 +112,7 @@ class SidNamespace:
         self.run_dir = self.ov / "run"  # the namespace's /run, seen from the host
         self.holder = None
         self.pid = None  # the init's pid as the host sees it
-        self.daemons = []  # started through popen(), stopped first at stop()
+        self.daemons = []  # Daemon objects started through popen(), stopped first at stop()
 
     def start(self):
         self.base.mkdir(parents=True, exist_ok=True)
@@ -145,8 +145,8 @@ class SidNamespace:
 
     def popen(self, cmd, log: Path, env=None):
         """Starts a daemon inside (its output to `log`); stop() stops it."""
-        proc = subprocess.Popen(self.argv(cmd), stdout=open(log, "a"), stderr=subprocess.STDOUT, env=self.env(env),
-                                start_new_session=True)
+        proc = Daemon(subprocess.Popen(self.argv(cmd), stdout=open(log, "a"), stderr=subprocess.STDOUT,
+                                       env=self.env(env), start_new_session=True))
         self.daemons.append(proc)
         return proc
 
@@ -207,6 +207,42 @@ class SidNamespace:
         mounts = _mounts_under(str(self.base))
         if left or mounts:
             raise AssertionError(f"the sid namespace left processes {left} and mounts {mounts}")
+
+
+class Daemon:
+    """A daemon started through nsenter: nsenter forks it into the pid
+    namespace and waits, but does not pass signals on, so a signal goes to
+    the daemon itself (nsenter's child) and nsenter exits with it."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.pid = None  # the daemon's host pid
+        deadline = time.time() + 10
+        while self.pid is None and time.time() < deadline and proc.poll() is None:
+            try:
+                kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            except FileNotFoundError:
+                kids = []
+            if kids:
+                self.pid = int(kids[0])
+            else:
+                time.sleep(0.01)
+
+    def poll(self):
+        return self.proc.poll()
+
+    def send_signal(self, sig):
+        if self.pid is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout=None):
+        return self.proc.wait(timeout=timeout)
 
 
 def _ns_of(pid):

@@ -1,0 +1,91 @@
+"""podman 5 (sid) with crun 1.28 and with runc 1.3, shmkeeper-hook installed
+by the static CLI inside the sid root (`shmkeeper install podman`): what
+/dev/shm is inside the container for each way of asking, and a refusal that
+leaves no container and no shm mount."""
+import pytest
+
+from engines_env import HOOK, IMAGE, MiB, shmkeeper
+from harness import df_kib, kib
+
+import sidroot
+
+POLICY = 256 * MiB
+PROBE = ["df", "-k", "/dev/shm"]
+PODMAN_DEFAULT_KIB = 64000  # podman's own shm_size "65536k"
+
+
+def hook_config(pm, default="256Mi"):
+    policy = f"  default: {default}\n" if default else ""
+    pm.config.write_text(f"shm:\n{policy}  max: 1Gi\nlog:\n  path: {pm.log}\n")
+
+
+@pytest.fixture(scope="session")
+def podman(ns, rootfs):
+    pm = sidroot.SidPodman(ns, ns.base / "podman")
+    pm.config, pm.log = pm.base / "hook.yaml", pm.base / "hook.log"
+    hook_config(pm)
+    shmkeeper(ns, "install", "podman", "--hooks-dir", pm.hooks, "--hook-path", HOOK, "--hook-config", pm.config)
+    pm.import_rootfs(IMAGE, rootfs)
+    try:
+        yield pm
+    finally:
+        pm.stop()
+
+
+@pytest.fixture(params=["crun", "runc"])
+def runtime(request):
+    return request.param
+
+
+def shm(pm, runtime, *args):
+    p = pm.podman("--runtime", runtime, "run", "--rm", *args, IMAGE, *PROBE, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return df_kib(p.stdout)
+
+
+def test_the_engines_are_podman_5_crun_1_28_and_runc_1_3(podman, runtime):
+    assert podman.podman("version", "--format", "{{.Client.Version}}").stdout.startswith("5.")
+    info = podman.podman("--runtime", runtime, "info", "--format", "{{.Host.OCIRuntime.Name}} {{.Host.OCIRuntime.Version}}")
+    name, version = info.stdout.split(" ", 1)
+    assert name == runtime
+    assert ("crun version 1.28" if runtime == "crun" else "runc version 1.3.") in version, version
+
+
+@pytest.mark.parametrize("args,expected", [
+    ([], POLICY),
+    (["--annotation", "shmkeeper.io/shm-size=300m"], 300 * MiB),
+    (["--env", "SHMKEEPER_SHM_SIZE=150m"], 150 * MiB),
+    (["--shm-size", "100m"], 100 * MiB),
+], ids=["policy", "annotation", "env", "shm-size"])
+def test_what_the_user_asked_for(podman, runtime, args, expected):
+    assert shm(podman, runtime, *args) == kib(expected)
+
+
+def test_memory_limit_with_policy_auto(podman, runtime):
+    hook_config(podman, default=None)
+    try:
+        assert shm(podman, runtime, "-m", "300m") == kib(300 * MiB)
+    finally:
+        hook_config(podman)
+
+
+def test_a_refusal_is_one_line_and_leaves_nothing(podman, runtime, ns):
+    p = podman.podman("--runtime", runtime, "run", "--rm", "--annotation", "shmkeeper.io/shm-size=lots", IMAGE,
+                      *PROBE, check=False)
+    assert p.returncode != 0
+    lines = [line for line in p.stderr.splitlines() if "shmkeeper-hook: " in line]
+    assert len(lines) == 1 and 'invalid size \\"lots\\"' in lines[0].replace('"lots"', '\\"lots\\"'), p.stderr
+    assert podman.podman("ps", "-a", "-q").stdout.strip() == ""
+    left = ns.run(["grep", "-c", "userdata/shm", "/proc/self/mountinfo"], check=False).stdout.strip()
+    assert left == "0", left  # no shm tmpfs left in the namespace
+
+
+def test_uninstall_restores_the_engine_default(podman, ns):
+    shmkeeper(ns, "uninstall", "podman", "--hooks-dir", podman.hooks)
+    try:
+        assert not (podman.hooks / "shmkeeper.json").exists()
+        assert shm(podman, "crun") == PODMAN_DEFAULT_KIB
+    finally:
+        shmkeeper(ns, "install", "podman", "--hooks-dir", podman.hooks, "--hook-path", HOOK, "--hook-config",
+                  podman.config)
+    assert shm(podman, "crun") == kib(POLICY)
