@@ -136,8 +136,10 @@ class SidNamespace:
     def env(self, extra=None):
         return {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **(extra or {})}
 
-    def run(self, cmd, check=True, timeout=300, env=None, **kw):
-        """Runs `cmd` inside; CompletedProcess with text output."""
+    def run(self, cmd, check=True, timeout=300, env=None, cwd=None, **kw):
+        """Runs `cmd` inside (in directory `cwd`, a path bound at its own path); CompletedProcess with text output."""
+        if cwd is not None:
+            cmd = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cwd, *cmd]
         p = subprocess.run(self.argv(cmd), capture_output=True, text=True, timeout=timeout, env=self.env(env), **kw)
         if check and p.returncode != 0:
             raise AssertionError(f"{cmd} exited {p.returncode} in the sid root\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")

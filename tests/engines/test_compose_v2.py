@@ -1,0 +1,80 @@
+"""docker compose v2 (sid's docker-compose 2.40, the docker CLI plugin): a
+stack up on Docker 28 with and without shm_size, and every fixed file of the
+corpus (tests/compose) through compose v2's own validation
+(`docker compose config`), as issue 39 asks."""
+import json
+import shutil
+from pathlib import Path
+
+from engines_env import IMAGE, MiB, STATIC_CLI
+from harness import df_kib, host_ram_bytes, kib
+
+CORPUS = sorted(p for p in (Path(__file__).parents[1] / "compose").iterdir() if p.is_dir())
+# Compose file format v1 (services at the top level): compose v2 reads no such
+# file, before or after the fix (docker-compose 1.29 did).
+V1_FORMAT = {"70-compose-v1"}
+# Findings whose fix writes the suggested size (as tests/integration/test_compose.py).
+SIZED_BY_FIX = {"missing-shm-size", "size-too-small", "host-shm-bind", "ipc-host-for-shm"}
+UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": MiB, "mb": MiB, "g": 1 << 30, "gb": 1 << 30}
+
+
+def size_bytes(text):
+    text = str(text).lower()
+    digits = text.rstrip("bkmg")
+    return int(float(digits) * UNITS.get(text[len(digits):], 1))
+
+
+def test_compose_up_with_and_without_shm_size(dockerd, ns):
+    work = ns.base / "compose-up"
+    work.mkdir()
+    (work / "compose.yaml").write_text(f"""services:
+  sized:
+    image: {IMAGE}
+    network_mode: none
+    shm_size: 200m
+    command: ["df", "-k", "/dev/shm"]
+  plain:
+    image: {IMAGE}
+    network_mode: none
+    command: ["df", "-k", "/dev/shm"]
+""")
+    compose = ["docker", "-H", dockerd.host, "compose", "-p", "shmkengines"]
+    assert ns.run(["docker", "compose", "version", "--short"]).stdout.startswith("2.")
+    try:
+        ns.run([*compose, "up", "--no-color", "--abort-on-container-exit"], cwd=work)
+        out = {svc: df_kib(ns.run([*compose, "logs", "--no-color", "--no-log-prefix", svc], cwd=work).stdout)
+               for svc in ["sized", "plain"]}
+    finally:
+        ns.run([*compose, "down"], cwd=work, check=False)
+    assert out["sized"] == kib(200 * MiB)
+    assert abs(out["plain"] - kib(host_ram_bytes() // 2)) <= 4  # shm.default auto: half of RAM
+
+
+def test_every_fixed_file_passes_compose_v2_config(ns):
+    """`shmkeeper compose fix --write` on each case, then `docker compose
+    config`: every case whose fix is meant to make a valid project passes
+    (but the v1-format one, which compose v2 cannot read at all), and compose
+    v2 reads the size the fix wrote."""
+    passed, failed = [], []
+    for case in CORPUS:
+        expected = json.loads((case / "expected.json").read_text())
+        work = ns.base / "corpus" / case.name
+        shutil.copytree(case, work)
+        report = json.loads(ns.run([STATIC_CLI, "compose", "check", "--no-engine", "-o", "json"], cwd=work,
+                                   check=False).stdout)
+        sized = {f["service"] for f in report["findings"] if f["code"] in SIZED_BY_FIX and f["severity"] != "info"}
+        ns.run([STATIC_CLI, "compose", "fix", "--no-engine", "--write"], cwd=work, check=False)
+        p = ns.run(["docker", "compose", "config", "--format", "json"], cwd=work, check=False)
+        (passed if p.returncode == 0 else failed).append(case.name)
+        if not expected["fix_makes_config_valid"]:
+            continue
+        if case.name in V1_FORMAT:
+            assert p.returncode != 0, case.name
+            continue
+        assert p.returncode == 0, (case.name, p.stderr)
+        services = json.loads(p.stdout)["services"]
+        for svc in sized:  # compose v2 reads the size the fix wrote (in bytes)
+            assert size_bytes(services[svc]["shm_size"]) == size_bytes(expected["sizes"][svc]), (case.name, svc)
+    print(f"compose v2 config: {len(passed)} of {len(CORPUS)} fixed files pass; fail: {failed}")
+    assert set(failed) <= V1_FORMAT | {c.name for c in CORPUS
+                                       if not json.loads((c / "expected.json").read_text())["fix_makes_config_valid"]}
