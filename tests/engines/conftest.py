@@ -12,8 +12,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import sidroot  # noqa: E402
-from engines_env import HOOK, IMAGE, RUNTIME, STATIC_CLI, shmkeeper  # noqa: E402
-from harness import BUILD, require  # noqa: E402
+from engines_env import HOOK, IMAGE, RUNTIME, STATIC_CLI, cri, hook_config, shmkeeper  # noqa: E402
+from harness import BUILD, CRI_TOOL, PAUSE_IMAGE, require, write_image_archive  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +55,45 @@ def dockerd(ns, rootfs):
         yield engine
     finally:
         engine.stop()
+
+
+@pytest.fixture(scope="session")
+def podman(ns, rootfs):
+    pm = sidroot.SidPodman(ns, ns.base / "podman")
+    pm.config, pm.log = pm.base / "hook.yaml", pm.base / "hook.log"
+    hook_config(pm)
+    shmkeeper(ns, "install", "podman", "--hooks-dir", pm.hooks, "--hook-path", HOOK, "--hook-config", pm.config)
+    pm.import_rootfs(IMAGE, rootfs)
+    try:
+        yield pm
+    finally:
+        pm.stop()
+
+
+@pytest.fixture(scope="session")
+def pause_archive(ns, rootfs):
+    require(CRI_TOOL.exists(), f"cri-tool not built at {CRI_TOOL}")
+    return write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], ns.base / "pause.tar")
+
+
+def start(ns, name, pause_archive, install):
+    policy = ns.base / f"{name}.yaml"
+    policy.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {ns.base}/{name}-runtime.log\n")
+    engine = sidroot.SidContainerd(ns, ns.base / name, PAUSE_IMAGE, env={"SHMKEEPER_CONFIG": str(policy)})
+    engine.write_config()
+    if install:
+        p = shmkeeper(ns, "install", "containerd", "--config", engine.config, "--set-as-default",
+                      "--runtime-path", RUNTIME)
+        assert "no running containerd uses it" in p.stdout, p.stdout
+    engine.start()
+    engine.ctr("images", "import", pause_archive)
+    return engine
+
+
+@pytest.fixture(scope="session")
+def containerd(ns, pause_archive):
+    engine = start(ns, "ctd", pause_archive, install=True)
+    try:
+        yield engine
+    finally:
+        engine.stop(cri=lambda *a: cri(engine, *a, check=False))

@@ -152,6 +152,13 @@ class SidNamespace:
         self.daemons.append(proc)
         return proc
 
+    def popen_host(self, cmd, log: Path, env=None):
+        """Starts a host binary (agent_argv) as a daemon; stop() stops it."""
+        proc = Daemon(subprocess.Popen(self.agent_argv(cmd), stdout=open(log, "a"), stderr=subprocess.STDOUT,
+                                       env=env, start_new_session=True))
+        self.daemons.append(proc)
+        return proc
+
     def agent_argv(self, cmd):
         """argv that runs a host binary (the Debian 12 agent) in the namespace's pid
         and network namespaces, with the host's files and a /proc of that pid namespace."""

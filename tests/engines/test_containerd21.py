@@ -6,83 +6,12 @@ import json
 
 import pytest
 
-from engines_env import RUNTIME, MiB, shmkeeper
-from harness import CRI_TOOL, PAUSE_IMAGE, df_kib, require, run, write_image_archive
+from engines_env import RUNTIME, MiB, Pod, cri, shmkeeper
+from harness import PAUSE_IMAGE, df_kib
 
 import sidroot
 
 GiB = 1 << 30
-
-
-def cri(engine, *args, check=True):
-    return run([CRI_TOOL, "-r", engine.endpoint, *args], check=check, timeout=180)
-
-
-@pytest.fixture(scope="session")
-def pause_archive(ns, rootfs):
-    require(CRI_TOOL.exists(), f"cri-tool not built at {CRI_TOOL}")
-    return write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], ns.base / "pause.tar")
-
-
-def start(ns, name, pause_archive, install):
-    policy = ns.base / f"{name}.yaml"
-    policy.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {ns.base}/{name}-runtime.log\n")
-    engine = sidroot.SidContainerd(ns, ns.base / name, PAUSE_IMAGE, env={"SHMKEEPER_CONFIG": str(policy)})
-    engine.write_config()
-    if install:
-        p = shmkeeper(ns, "install", "containerd", "--config", engine.config, "--set-as-default",
-                      "--runtime-path", RUNTIME)
-        assert "no running containerd uses it" in p.stdout, p.stdout
-    engine.start()
-    engine.ctr("images", "import", pause_archive)
-    return engine
-
-
-@pytest.fixture(scope="session")
-def containerd(ns, pause_archive):
-    engine = start(ns, "ctd", pause_archive, install=True)
-    try:
-        yield engine
-    finally:
-        engine.stop(cri=lambda *a: cri(engine, *a, check=False))
-
-
-class Pod:
-    """One pod sandbox and its containers, created the kubelet's way."""
-
-    def __init__(self, engine, name, annotations=None):
-        self.engine = engine
-        self.dir = engine.base / "pods" / name
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.config = self.dir / "pod.json"
-        self.config.write_text(json.dumps({
-            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-            "annotations": annotations or {}, "labels": {"app": name},
-            "linux": {"security_context": {"namespace_options": {"network": "NODE"}}}}))
-        self.id = None
-        self.containers = {}
-
-    def run(self, check=True):
-        p = cri(self.engine, "runp", self.config, check=check)
-        self.id = p.stdout.strip() if p.returncode == 0 else None
-        return p
-
-    def container(self, name, *cmd):
-        path = self.dir / f"{name}.json"
-        path.write_text(json.dumps({"metadata": {"name": name}, "image": {"image": PAUSE_IMAGE}, "command": list(cmd)}))
-        cid = cri(self.engine, "create", self.id, path, self.config).stdout.strip()
-        cri(self.engine, "start", cid)
-        self.containers[name] = cid
-        return cid
-
-    def exec(self, name, *cmd):
-        return cri(self.engine, "exec", self.containers[name], *cmd)
-
-    def remove(self):
-        if self.id:
-            cri(self.engine, "stopp", self.id, check=False)
-            cri(self.engine, "rmp", self.id, check=False)
-            self.id = None
 
 
 @pytest.fixture

@@ -4,32 +4,12 @@ by the static CLI inside the sid root (`shmkeeper install podman`): what
 leaves no container and no shm mount."""
 import pytest
 
-from engines_env import HOOK, IMAGE, MiB, shmkeeper
+from engines_env import HOOK, IMAGE, MiB, hook_config, shmkeeper
 from harness import df_kib, kib
-
-import sidroot
 
 POLICY = 256 * MiB
 PROBE = ["df", "-k", "/dev/shm"]
 PODMAN_DEFAULT_KIB = 64000  # podman's own shm_size "65536k"
-
-
-def hook_config(pm, default="256Mi"):
-    policy = f"  default: {default}\n" if default else ""
-    pm.config.write_text(f"shm:\n{policy}  max: 1Gi\nlog:\n  path: {pm.log}\n")
-
-
-@pytest.fixture(scope="session")
-def podman(ns, rootfs):
-    pm = sidroot.SidPodman(ns, ns.base / "podman")
-    pm.config, pm.log = pm.base / "hook.yaml", pm.base / "hook.log"
-    hook_config(pm)
-    shmkeeper(ns, "install", "podman", "--hooks-dir", pm.hooks, "--hook-path", HOOK, "--hook-config", pm.config)
-    pm.import_rootfs(IMAGE, rootfs)
-    try:
-        yield pm
-    finally:
-        pm.stop()
 
 
 @pytest.fixture(params=["crun", "runc"])
