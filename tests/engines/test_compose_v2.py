@@ -50,29 +50,42 @@ def test_compose_up_with_and_without_shm_size(dockerd, ns):
     assert abs(out["plain"] - kib(host_ram_bytes() // 2)) <= 4  # shm.default auto: half of RAM
 
 
+# Per case, inside the root (two at a time): check (the findings), fix --write,
+# then compose v2's config of the fixed project; each output to a file.
+PER_CASE = r"""
+cd "$1" || exit 1
+"$0" compose check --no-engine -o json >check.out 2>/dev/null
+"$0" compose fix --no-engine --write >fix.out 2>&1
+docker compose config --format json >config.out 2>config.err
+echo $? >config.rc
+"""
+
+
 def test_every_fixed_file_passes_compose_v2_config(ns):
     """`shmkeeper compose fix --write` on each case, then `docker compose
     config`: every case whose fix is meant to make a valid project passes
     (but the v1-format one, which compose v2 cannot read at all), and compose
     v2 reads the size the fix wrote."""
+    root = ns.base / "corpus"
+    for case in CORPUS:
+        shutil.copytree(case, root / case.name)
+    ns.run(["sh", "-c", 'cli=$1; shift; printf "%s\\n" "$@" | xargs -P2 -I{} sh -c "$0" "$cli" {}', PER_CASE, STATIC_CLI,
+            *[root / c.name for c in CORPUS]], timeout=600)
     passed, failed = [], []
     for case in CORPUS:
         expected = json.loads((case / "expected.json").read_text())
-        work = ns.base / "corpus" / case.name
-        shutil.copytree(case, work)
-        report = json.loads(ns.run([STATIC_CLI, "compose", "check", "--no-engine", "-o", "json"], cwd=work,
-                                   check=False).stdout)
-        sized = {f["service"] for f in report["findings"] if f["code"] in SIZED_BY_FIX and f["severity"] != "info"}
-        ns.run([STATIC_CLI, "compose", "fix", "--no-engine", "--write"], cwd=work, check=False)
-        p = ns.run(["docker", "compose", "config", "--format", "json"], cwd=work, check=False)
-        (passed if p.returncode == 0 else failed).append(case.name)
+        work = root / case.name
+        rc = int((work / "config.rc").read_text())
+        (passed if rc == 0 else failed).append(case.name)
         if not expected["fix_makes_config_valid"]:
             continue
         if case.name in V1_FORMAT:
-            assert p.returncode != 0, case.name
+            assert rc != 0, case.name
             continue
-        assert p.returncode == 0, (case.name, p.stderr)
-        services = json.loads(p.stdout)["services"]
+        assert rc == 0, (case.name, (work / "config.err").read_text())
+        report = json.loads((work / "check.out").read_text())
+        sized = {f["service"] for f in report["findings"] if f["code"] in SIZED_BY_FIX and f["severity"] != "info"}
+        services = json.loads((work / "config.out").read_text())["services"]
         for svc in sized:  # compose v2 reads the size the fix wrote (in bytes)
             assert size_bytes(services[svc]["shm_size"]) == size_bytes(expected["sizes"][svc]), (case.name, svc)
     print(f"compose v2 config: {len(passed)} of {len(CORPUS)} fixed files pass; fail: {failed}")

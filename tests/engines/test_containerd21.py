@@ -56,7 +56,8 @@ def test_a_bad_annotation_fails_the_sandbox_and_leaves_nothing(containerd, pods,
 
 
 def test_install_and_uninstall_check_what_containerd_2_1_loaded(ns, pause_archive):
-    """Config version 3 (io.containerd.cri.v1.runtime): install on a running
+    """A pod on a plain containerd 2.1 gets 64 MiB. Config version 3
+    (io.containerd.cri.v1.runtime): install on a running
     containerd exits 3 until it restarts, then 0; uninstall the same, and the
     file comes back byte for byte."""
     engine = sidroot.SidContainerd(ns, ns.base / "ctd-live", PAUSE_IMAGE)
@@ -65,6 +66,13 @@ def test_install_and_uninstall_check_what_containerd_2_1_loaded(ns, pause_archiv
     engine.start()
     install = ["install", "containerd", "--config", engine.config, "--runtime-path", RUNTIME, "--set-as-default"]
     try:
+        # the control: without shmkeeper, containerd 2.1 gives a pod its 64 MiB
+        engine.ctr("images", "import", pause_archive)
+        pod = Pod(engine, "plain")
+        pod.run()
+        pod.container("a", "sleep", "600")
+        assert df_kib(pod.exec("a", "df", "-k", "/dev/shm").stdout) == 64 * MiB // 1024
+        pod.remove()
         p = shmkeeper(ns, *install, check=False)
         assert p.returncode == 3 and "does not have it yet" in p.stdout, (p.stdout, p.stderr)
         assert 'still runs with default runtime "runc"' in p.stderr, p.stderr

@@ -59,6 +59,7 @@ def test_a_bad_size_is_refused_in_one_line_and_leaves_no_container(dockerd):
     assert p.returncode != 0
     lines = [line for line in p.stderr.splitlines() if "shmkeeper" in line]
     assert len(lines) == 1 and 'invalid size "lots"' in lines[0], p.stderr
+    print("docker 28 refusal:", lines[0])
     # `docker run` without --rm keeps a created container when create fails; it is Created, never started
     left = ids(dockerd) - before
     for cid in left:
