@@ -265,8 +265,9 @@ class SidDocker:
     """dockerd (sid's docker.io) in `ns`: own config, data root, exec root and
     socket under `base`; bridge none, no iptables. `docker()` is sid's docker-cli."""
 
-    def __init__(self, ns: SidNamespace, base: Path, env=None):
+    def __init__(self, ns: SidNamespace, base: Path, env=None, hosts_in_config=False):
         self.ns, self.base, self.env = ns, Path(base), env or {}
+        self.hosts_in_config = hosts_in_config  # the API socket in daemon.json's "hosts", not -H
         self.daemon_json = self.base / "daemon.json"
         self.sock = self.base / "docker.sock"
         self.host = f"unix://{self.sock}"
@@ -277,10 +278,14 @@ class SidDocker:
     def start(self, timeout=90):
         self.base.mkdir(parents=True, exist_ok=True)
         if not self.daemon_json.exists():
-            self.daemon_json.write_text(json.dumps({"bridge": "none", "iptables": False, "ip6tables": False}) + "\n")
+            config = {"bridge": "none", "iptables": False, "ip6tables": False}
+            if self.hosts_in_config:
+                config["hosts"] = [self.host]
+            self.daemon_json.write_text(json.dumps(config) + "\n")
         self.proc = self.ns.popen(["dockerd", "--config-file", self.daemon_json, "--data-root", self.base / "data",
                                    "--exec-root", self.exec_root, "--pidfile", self.base / "dockerd.pid",
-                                   "-H", self.host, "--userland-proxy=false"], self.log, env=self.env)
+                                   *([] if self.hosts_in_config else ["-H", self.host]), "--userland-proxy=false"],
+                                  self.log, env=self.env)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:

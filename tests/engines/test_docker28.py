@@ -90,3 +90,44 @@ def test_install_and_uninstall_docker_against_docker_28(dockerd, ns):
     assert dockerd.daemon_json.read_bytes() == before
     assert p.returncode == 0, p.stdout + p.stderr  # Docker 28 drops a removed runtime on reload
     assert "shmk2" not in dockerd.info()["Runtimes"]
+
+
+def test_what_sid_docker_cli_prints_when_it_cannot_connect(ns, dockerd):
+    """What install docker's rule reads, from the real 28.5 CLI: `docker info`
+    against no daemon prints a document without a ServerVersion (no answer,
+    whatever the exit status: 28.5.2 exits 1 and has no ServerErrors; the
+    CLIs issue 37 saw exit 0 with ServerErrors)."""
+    p = ns.run(["docker", "-H", f"unix://{ns.base}/no-such.sock", "info", "--format", "{{json .}}"], check=False)
+    info = json.loads(p.stdout)
+    print("docker-cli 28.5.2 without a daemon: exit", p.returncode, "ServerErrors", info.get("ServerErrors"))
+    assert not info.get("ServerVersion"), (p.returncode, info)
+
+
+def test_install_docker_finds_the_socket_in_daemon_json_hosts(ns):
+    """A Docker 28 whose API socket is only in daemon.json's "hosts": install
+    and uninstall reach it there (they asked /var/run/docker.sock before).
+    Uninstalling the file's last runtime removes the "runtimes" key, and
+    Docker 28 reloads only the keys a file has: it keeps the runtime until it
+    restarts, and the uninstall says so (exit 3), the file restored."""
+    import sidroot
+    engine = sidroot.SidDocker(ns, ns.base / "docker-hosts", hosts_in_config=True).start()
+    try:
+        before = engine.daemon_json.read_bytes()
+        p = shmkeeper(ns, "install", "docker", "--config", engine.daemon_json, "--runtime-path", RUNTIME, check=False)
+        assert p.returncode == 0 and "dockerd reloaded" in p.stdout, p.stdout + p.stderr
+        assert "shmkeeper" in engine.info()["Runtimes"]
+        p = shmkeeper(ns, "uninstall", "docker", "--config", engine.daemon_json, check=False)
+        assert engine.daemon_json.read_bytes() == before
+        assert p.returncode == 3 and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stdout, p.stderr)
+        assert f"{engine.sock}) still runs" in p.stderr and "runtimes io.containerd.runc.v2, runc, shmkeeper" \
+            in p.stderr, p.stderr
+        assert "shmkeeper" in engine.info()["Runtimes"]
+        # The socket gone (dockerd still runs): the check cannot be made after the write, and the
+        # install says in one line what it applied (exit 1), never "restart it" (exit 3).
+        engine.sock.unlink()
+        p = shmkeeper(ns, "install", "docker", "--config", engine.daemon_json, "--runtime-path", RUNTIME, check=False)
+        print("install docker, dockerd unreachable:", p.returncode, p.stderr.strip())
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stdout, p.stderr)
+        assert "is updated" in p.stderr and "could not be checked" in p.stderr, p.stderr
+    finally:
+        engine.stop()
