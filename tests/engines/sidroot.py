@@ -116,10 +116,13 @@ class SidNamespace:
 
     def start(self):
         self.base.mkdir(parents=True, exist_ok=True)
+        # --kill-child and the parent-death signal: a test run that is killed takes the namespace
+        # (its init, so every process in it, and its mounts) with it.
         self.holder = subprocess.Popen(
-            ["unshare", "--mount", "--pid", "--net", "--fork", "--propagation", "private", "sh", "-c", INIT, "init",
-             str(self.root), str(self.ov), *[str(b) for b in self.binds]],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            ["unshare", "--mount", "--pid", "--net", "--fork", "--kill-child", "--propagation", "private",
+             "sh", "-c", INIT, "init", str(self.root), str(self.ov), *[str(b) for b in self.binds]],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            preexec_fn=_die_with_parent)
         line = self.holder.stdout.readline().strip()
         if line != "ready":
             self.holder.kill()
@@ -252,6 +255,12 @@ class Daemon:
 
     def wait(self, timeout=None):
         return self.proc.wait(timeout=timeout)
+
+
+def _die_with_parent():
+    import ctypes
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _ns_of(pid):
