@@ -39,7 +39,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT_SH = HERE / "root.sh"
-CACHE = Path(os.environ.get("SHMKEEPER_TEST_CACHE", "/var/cache/shmkeeper-tests"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The namespace's init: runs as pid 1 of the new pid namespace, in the new
@@ -145,7 +144,8 @@ class SidNamespace:
             cmd = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cwd, *cmd]
         p = subprocess.run(self.argv(cmd), capture_output=True, text=True, timeout=timeout, env=self.env(env), **kw)
         if check and p.returncode != 0:
-            raise AssertionError(f"{cmd} exited {p.returncode} in the sid root\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+            raise AssertionError(f"{cmd} exited {p.returncode} in the sid root\n"
+                                 f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
         return p
 
     def popen(self, cmd, log: Path, env=None):

@@ -69,7 +69,8 @@ def test_every_fixed_file_passes_compose_v2_config(ns):
     root = ns.base / "corpus"
     for case in CORPUS:
         shutil.copytree(case, root / case.name)
-    ns.run(["sh", "-c", 'cli=$1; shift; printf "%s\\n" "$@" | xargs -P2 -I{} sh -c "$0" "$cli" {}', PER_CASE, STATIC_CLI,
+    two_at_a_time = 'cli=$1; shift; printf "%s\\n" "$@" | xargs -P2 -I{} sh -c "$0" "$cli" {}'
+    ns.run(["sh", "-c", two_at_a_time, PER_CASE, STATIC_CLI,
             *[root / c.name for c in CORPUS]], timeout=600)
     passed, failed = [], []
     for case in CORPUS:

@@ -25,7 +25,8 @@ def shm(pm, runtime, *args):
 
 def test_the_engines_are_podman_5_crun_1_28_and_runc_1_3(podman, runtime):
     assert podman.podman("version", "--format", "{{.Client.Version}}").stdout.startswith("5.")
-    info = podman.podman("--runtime", runtime, "info", "--format", "{{.Host.OCIRuntime.Name}} {{.Host.OCIRuntime.Version}}")
+    info = podman.podman("--runtime", runtime, "info", "--format",
+                         "{{.Host.OCIRuntime.Name}} {{.Host.OCIRuntime.Version}}")
     name, version = info.stdout.split(" ", 1)
     assert name == runtime
     assert ("crun version 1.28" if runtime == "crun" else "runc version 1.3.") in version, version
