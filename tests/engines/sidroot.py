@@ -331,10 +331,12 @@ class SidContainerd:
     """containerd 2.x (sid) in `ns` with its CRI plugin, config version 3: own
     root, state, sockets and runc root under `base`; restrict_oom_score_adj
     (this sandbox cannot lower oom_score_adj); the pause image `pause_image`,
-    imported offline with ctr."""
+    imported offline with ctr. `extra_config`: TOML appended to the config
+    (e.g. [plugins."io.containerd.nri.v1.nri"] for NRI)."""
 
-    def __init__(self, ns: SidNamespace, base: Path, pause_image, env=None):
+    def __init__(self, ns: SidNamespace, base: Path, pause_image, env=None, extra_config=""):
         self.ns, self.base, self.pause_image, self.env = ns, Path(base), pause_image, env or {}
+        self.extra_config = extra_config
         self.config = self.base / "config.toml"
         self.sock = self.base / "c.sock"
         self.endpoint = f"unix://{self.sock}"
@@ -365,7 +367,7 @@ state = "{self.base}/state"
         Root = "{self.runc_root}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{self.base}/opt"
-""")
+""" + self.extra_config)
 
     def start(self, timeout=90):
         if not self.config.exists():
