@@ -150,15 +150,16 @@ class SidNamespace:
 
     def popen(self, cmd, log: Path, env=None):
         """Starts a daemon inside (its output to `log`); stop() stops it."""
-        proc = Daemon(subprocess.Popen(self.argv(cmd), stdout=open(log, "a"), stderr=subprocess.STDOUT,
-                                       env=self.env(env), start_new_session=True))
-        self.daemons.append(proc)
-        return proc
+        return self._start(self.argv(cmd), log, self.env(env))
 
     def popen_host(self, cmd, log: Path, env=None):
         """Starts a host binary (agent_argv) as a daemon; stop() stops it."""
-        proc = Daemon(subprocess.Popen(self.agent_argv(cmd), stdout=open(log, "a"), stderr=subprocess.STDOUT,
-                                       env=env, start_new_session=True))
+        return self._start(self.agent_argv(cmd), log, env)
+
+    def _start(self, argv, log, env):
+        with open(log, "a") as out:
+            proc = Daemon(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True))
         self.daemons.append(proc)
         return proc
 
