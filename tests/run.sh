@@ -25,13 +25,19 @@
 #               FUZZ_SECONDS each
 #   e2e         tests/deploy and tests/e2e (private dockerd, docker-compose,
 #               podman, PyTorch) on build/
+#   engines     tests/engines: the newer engines (Debian sid's Docker 28 with
+#               docker-cli and compose v2, containerd 2.1, podman 5, crun 1.28,
+#               runc 1.3) started privately from a sid root (debootstrap,
+#               built once by tests/engines/root.sh and cached in
+#               /var/cache/shmkeeper-tests/roots), in a private mount+pid+net
+#               namespace; the static CLI, runtime and hook inside; on build/
 #   peer        CPython's and numpy's own tests in a Debian image, with and
 #               without the preload (image cached in /var/cache/shmkeeper-tests,
 #               built with debootstrap when absent), on build/
 #   quickstart  deploy/quickstart.sh twice; the second run must change nothing.
 #               With no stage named it runs only when CI=true or
 #               SHMKEEPER_QUICKSTART=1; named, it always runs
-# A stage that needs a build (unit, e2e, peer: build/; unit-asan, integration,
+# A stage that needs a build (unit, e2e, engines, peer: build/; unit-asan, integration,
 # fuzz: build-asan/) first runs that build's stage when the build dir holds no
 # build yet (no tests/shmkeeper_unit_tests in it); an existing build is used as
 # it is, so after a change name the build too (tests/run.sh build unit). Both builds use -DSHMKEEPER_WERROR=ON and
@@ -46,7 +52,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-all_stages=(deps lint rules build unit build-asan unit-asan integration fuzz e2e peer quickstart)
+all_stages=(deps lint rules build unit build-asan unit-asan integration fuzz e2e engines peer quickstart)
 usage() { echo "usage: tests/run.sh [stage...]; stages: ${all_stages[*]}"; }
 declare -A wanted=()
 if [ $# -eq 0 ]; then
@@ -64,7 +70,7 @@ for arg in "$@"; do
 done
 # A stage whose build dir holds no build yet brings its build stage along.
 built() { [ -x "$1/tests/shmkeeper_unit_tests" ]; }
-if [ -n "${wanted[unit]:-}${wanted[e2e]:-}${wanted[peer]:-}" ] && ! built build; then wanted[build]=1; fi
+if [ -n "${wanted[unit]:-}${wanted[e2e]:-}${wanted[engines]:-}${wanted[peer]:-}" ] && ! built build; then wanted[build]=1; fi
 if [ -n "${wanted[unit-asan]:-}${wanted[integration]:-}${wanted[fuzz]:-}" ] && ! built build-asan; then
   wanted[build-asan]=1
 fi
@@ -212,6 +218,7 @@ stage_fuzz() {
 }
 
 stage_e2e() { pytest_on build pytest-e2e tests/deploy tests/e2e; }
+stage_engines() { pytest_on build pytest-engines tests/engines; }
 stage_peer() { pytest_on build pytest-peer tests/peer; }
 stage_quickstart() { tests/quickstart_check.sh; }
 

@@ -1,0 +1,99 @@
+"""Fixtures of the `engines` stage: one private namespace rooted in the cached
+Debian sid root (tests/engines/sidroot.py) per session, and in it sid's
+dockerd, containerd and podman, each configured by the static CLI
+(`shmkeeper-static install ...`) run inside that root, as a user of that
+release would."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import sidroot  # noqa: E402
+from engines_env import HOOK, IMAGE, RUNTIME, STATIC_CLI, cri, hook_config, shmkeeper  # noqa: E402
+from harness import BUILD, CRI_TOOL, PAUSE_IMAGE, require, write_image_archive  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sid_root():
+    require(os.geteuid() == 0, "needs root (namespaces, mounts)")
+    for b in [STATIC_CLI, RUNTIME, HOOK]:
+        require(b.exists(), f"{b} is not built (tests/run.sh build)")
+    try:
+        return sidroot.sid_root()
+    except RuntimeError as e:
+        require(False, str(e))
+
+
+@pytest.fixture(scope="session")
+def ns(sid_root, rootfs):
+    """The namespace the session's engines run in; its base holds every engine's files."""
+    base = sidroot.short_base("engines")
+    space = sidroot.SidNamespace(base, root=sid_root, binds=[BUILD, rootfs]).start()
+    space.policy = base / "shmkeeper.yaml"
+    space.policy.write_text(f"log:\n  path: {base}/runtime.log\n")  # shm.default auto, shm.max host RAM
+    space.runtime_log = base / "runtime.log"
+    try:
+        yield space
+    finally:
+        space.stop()
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dockerd(ns, rootfs):
+    """sid's dockerd with shmkeeper-runtime installed as its default runtime by
+    `shmkeeper install docker` inside the root (daemon.json edit + reload + live check)."""
+    engine = sidroot.SidDocker(ns, ns.base / "docker").start()
+    try:
+        shmkeeper(ns, "install", "docker", "--config", engine.daemon_json, "--set-as-default",
+                  "--runtime-path", RUNTIME, "--runtime-config", ns.policy)
+        engine.import_rootfs(IMAGE, rootfs)
+        yield engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def podman(ns, rootfs):
+    pm = sidroot.SidPodman(ns, ns.base / "podman")
+    pm.config, pm.log = pm.base / "hook.yaml", pm.base / "hook.log"
+    hook_config(pm)
+    shmkeeper(ns, "install", "podman", "--hooks-dir", pm.hooks, "--hook-path", HOOK, "--hook-config", pm.config)
+    pm.import_rootfs(IMAGE, rootfs)
+    try:
+        yield pm
+    finally:
+        pm.stop()
+
+
+@pytest.fixture(scope="session")
+def pause_archive(ns, rootfs):
+    require(CRI_TOOL.exists(), f"cri-tool not built at {CRI_TOOL}")
+    return write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], ns.base / "pause.tar")
+
+
+def start(ns, name, pause_archive, install):
+    policy = ns.base / f"{name}.yaml"
+    policy.write_text(f"shm:\n  default: 256Mi\nlog:\n  path: {ns.base}/{name}-runtime.log\n")
+    engine = sidroot.SidContainerd(ns, ns.base / name, PAUSE_IMAGE, env={"SHMKEEPER_CONFIG": str(policy)})
+    engine.write_config()
+    if install:
+        p = shmkeeper(ns, "install", "containerd", "--config", engine.config, "--set-as-default",
+                      "--runtime-path", RUNTIME)
+        assert "no running containerd uses it" in p.stdout, p.stdout
+    engine.start()
+    engine.ctr("images", "import", pause_archive)
+    return engine
+
+
+@pytest.fixture(scope="session")
+def containerd(ns, pause_archive):
+    engine = start(ns, "ctd", pause_archive, install=True)
+    try:
+        yield engine
+    finally:
+        engine.stop(cri=lambda *a: cri(engine, *a, check=False))
