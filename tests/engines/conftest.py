@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+WORKLOADS = HERE.parent / "e2e" / "workloads"
 sys.path.insert(0, str(HERE))
 import sidroot  # noqa: E402
 from engines_env import HOOK, IMAGE, RUNTIME, STATIC_CLI, cri, hook_config, shmkeeper  # noqa: E402
@@ -31,7 +32,9 @@ def sid_root():
 def ns(sid_root, rootfs):
     """The namespace the session's engines run in; its base holds every engine's files."""
     base = sidroot.short_base("engines")
-    space = sidroot.SidNamespace(base, root=sid_root, binds=[BUILD, rootfs]).start()
+    # the host's /usr and /etc, read-only: the real workloads (test_workloads28.py) run the host's programs
+    space = sidroot.SidNamespace(base, root=sid_root, binds=[BUILD, rootfs, WORKLOADS],
+                                 host_binds=[("/usr", "/host/usr"), ("/etc", "/host/etc")]).start()
     space.policy = base / "shmkeeper.yaml"
     space.policy.write_text(f"log:\n  path: {base}/runtime.log\n")  # shm.default auto, shm.max host RAM
     space.runtime_log = base / "runtime.log"

@@ -43,7 +43,7 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The namespace's init: runs as pid 1 of the new pid namespace, in the new
 # mount namespace (private propagation), before the pivot with the host's
-# tools. $1 root, $2 overlay dir, then the paths to bind at their own path.
+# tools. $1 root, $2 overlay dir, then pairs SOURCE DEST to bind (DEST != SOURCE: read-only).
 INIT = r"""
 set -eu
 root=$1 ov=$2; shift 2
@@ -56,9 +56,11 @@ if mountpoint -q "$new/sys/fs/cgroup/unified"; then umount "$new/sys/fs/cgroup/u
 mount --rbind /dev "$new/dev"
 mount --bind "$ov/run" "$new/run"
 mount -t tmpfs -o mode=1777 tmpfs "$new/tmp"
-for p in "$@"; do
-  mkdir -p "$new$p"
-  mount --bind "$p" "$new$p"
+while [ $# -gt 0 ]; do
+  src=$1 dst=$2; shift 2
+  mkdir -p "$new$dst"
+  mount --bind "$src" "$new$dst"
+  if [ "$src" != "$dst" ]; then mount -o remount,bind,ro "$new$dst"; fi
 done
 cd "$new"
 mkdir -p .oldroot
@@ -103,10 +105,13 @@ def _mounts_under(prefix):
 class SidNamespace:
     """One private namespace rooted in the sid root. Not thread-safe."""
 
-    def __init__(self, base: Path, root: Path = None, binds=()):
+    def __init__(self, base: Path, root: Path = None, binds=(), host_binds=()):
+        """`binds`: host paths bound at their own path; `host_binds`: (host path,
+        path inside) pairs bound read-only (e.g. the host's /usr at /host/usr)."""
         self.base = Path(base)
         self.root = Path(root) if root else sid_root()
-        self.binds = [self.base, *[Path(b).resolve() for b in binds]]
+        self.binds = [(p, p) for p in [self.base, *[Path(b).resolve() for b in binds]]]
+        self.binds += [(Path(src).resolve(), Path(dst)) for src, dst in host_binds]
         self.ov = self.base / ".ns"
         self.run_dir = self.ov / "run"  # the namespace's /run, seen from the host
         self.holder = None
@@ -119,7 +124,7 @@ class SidNamespace:
         # (its init, so every process in it, and its mounts) with it.
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--pid", "--net", "--fork", "--kill-child", "--propagation", "private",
-             "sh", "-c", INIT, "init", str(self.root), str(self.ov), *[str(b) for b in self.binds]],
+             "sh", "-c", INIT, "init", str(self.root), str(self.ov), *[str(x) for pair in self.binds for x in pair]],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
             preexec_fn=_die_with_parent)
         line = self.holder.stdout.readline().strip()
