@@ -3,13 +3,13 @@
 # `engines` stage runs (docker.io + docker-cli, containerd, podman, crun, runc,
 # docker-compose, ...), building it with debootstrap when it is absent. The
 # cache lives outside the clone, keyed by the suite and package list:
-#   $cache/roots/sid-engines-<key>/   the root (a rename makes it appear whole)
-#   $cache/roots/sid-engines-<key>/.shmkeeper-root   its stamp: key, packages, engine versions
+#   $cache/roots/<suite>-engines-<key>/   the root (a rename makes it appear whole)
+#   $cache/roots/<suite>-engines-<key>/.shmkeeper-root   its stamp: key, packages, engine versions
 # A root is built into <dir>.tmp and renamed only after the stamp is written;
 # concurrent callers wait on a lock. About 5-10 minutes on a fresh machine.
 #   tests/engines/root.sh                  -> the sid root's path
-#   tests/engines/root.sh --suite trixie   -> the trixie root's (docker.io 26.1 with its CLI,
-#                                             containerd 1.7; no separate docker-cli there)
+#   tests/engines/root.sh --suite trixie   -> the trixie root's, the same packages (docker.io and
+#                                             docker-cli 26.1, containerd 1.7): about 12 minutes
 #   tests/engines/root.sh --adopt DIR      -> takes a finished debootstrap of the same
 #                                             suite and packages at DIR (renamed, not copied)
 # Variables: SHMKEEPER_TEST_CACHE (default /var/cache/shmkeeper-tests),
@@ -17,10 +17,9 @@
 set -euo pipefail
 suite=sid
 if [ "${1:-}" = --suite ]; then suite=${2:-}; shift 2; fi
-common=containerd,runc,crun,podman,conmon,docker-compose,catatonit,netavark,aardvark-dns,iptables,uidmap,fuse-overlayfs,ca-certificates,procps,iproute2,util-linux
+packages=docker.io,docker-cli,containerd,runc,crun,podman,conmon,docker-compose,catatonit,netavark,aardvark-dns,iptables,uidmap,fuse-overlayfs,ca-certificates,procps,iproute2,util-linux
 case $suite in
-  sid) packages=docker.io,docker-cli,$common ;;
-  trixie) packages=docker.io,$common ;;
+  sid | trixie) ;;
   *) echo "root.sh: unknown suite '$suite' (sid or trixie)" >&2; exit 2 ;;
 esac
 cache=${SHMKEEPER_TEST_CACHE:-/var/cache/shmkeeper-tests}
