@@ -74,9 +74,10 @@ exec catatonit -P
 """
 
 
-def sid_root():
-    """The cached root's path (built when absent: minutes), or raises with root.sh's message."""
-    p = subprocess.run([str(ROOT_SH)], capture_output=True, text=True, timeout=1800)
+def sid_root(suite="sid"):
+    """The cached root's path (built when absent: minutes), or raises with root.sh's message.
+    `suite`: sid, or trixie (Docker 26.1, containerd 1.7)."""
+    p = subprocess.run([str(ROOT_SH), "--suite", suite], capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(f"tests/engines/root.sh failed: {p.stderr.strip()[-2000:]}")
     return Path(p.stdout.strip().splitlines()[-1])
@@ -340,9 +341,10 @@ class SidContainerd:
     imported offline with ctr. `extra_config`: TOML appended to the config
     (e.g. [plugins."io.containerd.nri.v1.nri"] for NRI)."""
 
-    def __init__(self, ns: SidNamespace, base: Path, pause_image, env=None, extra_config=""):
+    def __init__(self, ns: SidNamespace, base: Path, pause_image, env=None, extra_config="", version=3):
         self.ns, self.base, self.pause_image, self.env = ns, Path(base), pause_image, env or {}
         self.extra_config = extra_config
+        self.version = version  # config version: 3 (containerd 2.x) or 2 (containerd 1.7: trixie)
         self.config = self.base / "config.toml"
         self.sock = self.base / "c.sock"
         self.endpoint = f"unix://{self.sock}"
@@ -352,6 +354,9 @@ class SidContainerd:
 
     def write_config(self):
         self.base.mkdir(parents=True, exist_ok=True)
+        if self.version == 2:
+            self.config.write_text(self._config_v2() + self.extra_config)
+            return
         self.config.write_text(f"""version = 3
 root = "{self.base}/root"
 state = "{self.base}/state"
@@ -374,6 +379,29 @@ state = "{self.base}/state"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{self.base}/opt"
 """ + self.extra_config)
+
+    def _config_v2(self):
+        cri = '[plugins."io.containerd.grpc.v1.cri"'
+        return f"""version = 2
+root = "{self.base}/root"
+state = "{self.base}/state"
+[grpc]
+  address = "{self.sock}"
+[ttrpc]
+  address = "{self.sock}.ttrpc"
+{cri}]
+  sandbox_image = "{self.pause_image}"
+  restrict_oom_score_adj = true
+  {cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    {cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      {cri}.containerd.runtimes.runc.options]
+        Root = "{self.runc_root}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{self.base}/opt"
+"""
 
     def start(self, timeout=90):
         if not self.config.exists():
