@@ -11,7 +11,7 @@ namespace at /host/usr and /host/etc (tests/engines/conftest.py) and from
 there into the busybox image, as tests/e2e/test_pytorch.py and
 tests/peer/test_peer_apps.py do on Docker 20.10: no image to import, so the
 stage pays only for the runs (about 70 s for the four on a loaded 2-core
-machine). Chromium is left out: headless Chromium (Debian 12's, called as
+machine; 92 s in a full stage run). Chromium is left out: headless Chromium (Debian 12's, called as
 /usr/lib/chromium/chromium) renders the same page at a 16 MiB /dev/shm as at
 2 GiB (tests/peer/test_peer_apps.py), and on Docker 28 under plain runc at
 64 MiB it wrote the same 4000x40000 screenshot as under shmkeeper (tried
