@@ -33,7 +33,7 @@
 #               namespace; the static CLI, runtime and hook inside; the real
 #               workloads (PostgreSQL, DataLoader) on Docker 28; on build/.
 #               SHMKEEPER_ENGINES_TRIXIE=1 adds trixie's Docker 26.1 and
-#               containerd 1.7 (a second root: about 12 minutes the first time)
+#               containerd 1.7 (a second root: 9-12 minutes the first time; then ~40 s)
 #   peer        CPython's and numpy's own tests in a Debian image, with and
 #               without the preload (image cached in /var/cache/shmkeeper-tests,
 #               built with debootstrap when absent), on build/

@@ -9,7 +9,7 @@
 # concurrent callers wait on a lock. About 5-10 minutes on a fresh machine.
 #   tests/engines/root.sh                  -> the sid root's path
 #   tests/engines/root.sh --suite trixie   -> the trixie root's, the same packages (docker.io and
-#                                             docker-cli 26.1, containerd 1.7): about 12 minutes
+#                                             docker-cli 26.1, containerd 1.7): 9-12 minutes
 #   tests/engines/root.sh --adopt DIR      -> takes a finished debootstrap of the same
 #                                             suite and packages at DIR (renamed, not copied)
 # Variables: SHMKEEPER_TEST_CACHE (default /var/cache/shmkeeper-tests),
