@@ -30,7 +30,10 @@
 #               runc 1.3) started privately from a sid root (debootstrap,
 #               built once by tests/engines/root.sh and cached in
 #               /var/cache/shmkeeper-tests/roots), in a private mount+pid+net
-#               namespace; the static CLI, runtime and hook inside; on build/
+#               namespace; the static CLI, runtime and hook inside; the real
+#               workloads (PostgreSQL, DataLoader) on Docker 28; on build/.
+#               SHMKEEPER_ENGINES_TRIXIE=1 adds trixie's Docker 26.1 and
+#               containerd 1.7 (a second root: 9-12 minutes the first time; then ~40 s)
 #   peer        CPython's and numpy's own tests in a Debian image, with and
 #               without the preload (image cached in /var/cache/shmkeeper-tests,
 #               built with debootstrap when absent), on build/

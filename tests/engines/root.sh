@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Prints the path of the cached Debian sid root holding the engines the
+# Prints the path of the cached Debian sid (or trixie) root holding the engines the
 # `engines` stage runs (docker.io + docker-cli, containerd, podman, crun, runc,
 # docker-compose, ...), building it with debootstrap when it is absent. The
 # cache lives outside the clone, keyed by the suite and package list:
-#   $cache/roots/sid-engines-<key>/   the root (a rename makes it appear whole)
-#   $cache/roots/sid-engines-<key>/.shmkeeper-root   its stamp: key, packages, engine versions
+#   $cache/roots/<suite>-engines-<key>/   the root (a rename makes it appear whole)
+#   $cache/roots/<suite>-engines-<key>/.shmkeeper-root   its stamp: key, packages, engine versions
 # A root is built into <dir>.tmp and renamed only after the stamp is written;
 # concurrent callers wait on a lock. About 5-10 minutes on a fresh machine.
-#   tests/engines/root.sh                  -> the root's path
+#   tests/engines/root.sh                  -> the sid root's path
+#   tests/engines/root.sh --suite trixie   -> the trixie root's, the same packages (docker.io and
+#                                             docker-cli 26.1, containerd 1.7): 9-12 minutes
 #   tests/engines/root.sh --adopt DIR      -> takes a finished debootstrap of the same
 #                                             suite and packages at DIR (renamed, not copied)
 # Variables: SHMKEEPER_TEST_CACHE (default /var/cache/shmkeeper-tests),
 # DEBIAN_SID_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 suite=sid
+if [ "${1:-}" = --suite ]; then suite=${2:-}; shift 2; fi
 packages=docker.io,docker-cli,containerd,runc,crun,podman,conmon,docker-compose,catatonit,netavark,aardvark-dns,iptables,uidmap,fuse-overlayfs,ca-certificates,procps,iproute2,util-linux
+case $suite in
+  sid | trixie) ;;
+  *) echo "root.sh: unknown suite '$suite' (sid or trixie)" >&2; exit 2 ;;
+esac
 cache=${SHMKEEPER_TEST_CACHE:-/var/cache/shmkeeper-tests}
 key=$(printf '%s %s v1' "$suite" "$packages" | sha256sum | cut -c1-16)
 root="$cache/roots/$suite-engines-$key"
@@ -38,7 +45,8 @@ finish() {
     echo "key=$key"
     echo "suite=$suite"
     echo "packages=$packages"
-    chroot "$dir" dpkg-query -W -f '${Package}=${Version}\n' docker.io docker-cli containerd runc crun podman docker-compose
+    chroot "$dir" dpkg-query -W -f '${Package}=${Version}\n' ${packages//,/ } |
+      grep -E '^(docker\.io|docker-cli|containerd|runc|crun|podman|docker-compose)='
   } >"$dir/$stamp.tmp"
   mv "$dir/$stamp.tmp" "$dir/$stamp"
   mv -T "$dir" "$root"

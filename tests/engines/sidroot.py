@@ -43,7 +43,7 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The namespace's init: runs as pid 1 of the new pid namespace, in the new
 # mount namespace (private propagation), before the pivot with the host's
-# tools. $1 root, $2 overlay dir, then the paths to bind at their own path.
+# tools. $1 root, $2 overlay dir, then pairs SOURCE DEST to bind (DEST != SOURCE: read-only).
 INIT = r"""
 set -eu
 root=$1 ov=$2; shift 2
@@ -56,9 +56,11 @@ if mountpoint -q "$new/sys/fs/cgroup/unified"; then umount "$new/sys/fs/cgroup/u
 mount --rbind /dev "$new/dev"
 mount --bind "$ov/run" "$new/run"
 mount -t tmpfs -o mode=1777 tmpfs "$new/tmp"
-for p in "$@"; do
-  mkdir -p "$new$p"
-  mount --bind "$p" "$new$p"
+while [ $# -gt 0 ]; do
+  src=$1 dst=$2; shift 2
+  mkdir -p "$new$dst"
+  mount --bind "$src" "$new$dst"
+  if [ "$src" != "$dst" ]; then mount -o remount,bind,ro "$new$dst"; fi
 done
 cd "$new"
 mkdir -p .oldroot
@@ -72,9 +74,10 @@ exec catatonit -P
 """
 
 
-def sid_root():
-    """The cached root's path (built when absent: minutes), or raises with root.sh's message."""
-    p = subprocess.run([str(ROOT_SH)], capture_output=True, text=True, timeout=1800)
+def sid_root(suite="sid"):
+    """The cached root's path (built when absent: minutes), or raises with root.sh's message.
+    `suite`: sid, or trixie (Docker 26.1, containerd 1.7)."""
+    p = subprocess.run([str(ROOT_SH), "--suite", suite], capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(f"tests/engines/root.sh failed: {p.stderr.strip()[-2000:]}")
     return Path(p.stdout.strip().splitlines()[-1])
@@ -103,10 +106,13 @@ def _mounts_under(prefix):
 class SidNamespace:
     """One private namespace rooted in the sid root. Not thread-safe."""
 
-    def __init__(self, base: Path, root: Path = None, binds=()):
+    def __init__(self, base: Path, root: Path = None, binds=(), host_binds=()):
+        """`binds`: host paths bound at their own path; `host_binds`: (host path,
+        path inside) pairs bound read-only (e.g. the host's /usr at /host/usr)."""
         self.base = Path(base)
         self.root = Path(root) if root else sid_root()
-        self.binds = [self.base, *[Path(b).resolve() for b in binds]]
+        self.binds = [(p, p) for p in [self.base, *[Path(b).resolve() for b in binds]]]
+        self.binds += [(Path(src).resolve(), Path(dst)) for src, dst in host_binds]
         self.ov = self.base / ".ns"
         self.run_dir = self.ov / "run"  # the namespace's /run, seen from the host
         self.holder = None
@@ -119,7 +125,7 @@ class SidNamespace:
         # (its init, so every process in it, and its mounts) with it.
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--pid", "--net", "--fork", "--kill-child", "--propagation", "private",
-             "sh", "-c", INIT, "init", str(self.root), str(self.ov), *[str(b) for b in self.binds]],
+             "sh", "-c", INIT, "init", str(self.root), str(self.ov), *[str(x) for pair in self.binds for x in pair]],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
             preexec_fn=_die_with_parent)
         line = self.holder.stdout.readline().strip()
@@ -335,9 +341,10 @@ class SidContainerd:
     imported offline with ctr. `extra_config`: TOML appended to the config
     (e.g. [plugins."io.containerd.nri.v1.nri"] for NRI)."""
 
-    def __init__(self, ns: SidNamespace, base: Path, pause_image, env=None, extra_config=""):
+    def __init__(self, ns: SidNamespace, base: Path, pause_image, env=None, extra_config="", version=3):
         self.ns, self.base, self.pause_image, self.env = ns, Path(base), pause_image, env or {}
         self.extra_config = extra_config
+        self.version = version  # config version: 3 (containerd 2.x) or 2 (containerd 1.7: trixie)
         self.config = self.base / "config.toml"
         self.sock = self.base / "c.sock"
         self.endpoint = f"unix://{self.sock}"
@@ -347,6 +354,9 @@ class SidContainerd:
 
     def write_config(self):
         self.base.mkdir(parents=True, exist_ok=True)
+        if self.version == 2:
+            self.config.write_text(self._config_v2() + self.extra_config)
+            return
         self.config.write_text(f"""version = 3
 root = "{self.base}/root"
 state = "{self.base}/state"
@@ -369,6 +379,29 @@ state = "{self.base}/state"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{self.base}/opt"
 """ + self.extra_config)
+
+    def _config_v2(self):
+        cri = '[plugins."io.containerd.grpc.v1.cri"'
+        return f"""version = 2
+root = "{self.base}/root"
+state = "{self.base}/state"
+[grpc]
+  address = "{self.sock}"
+[ttrpc]
+  address = "{self.sock}.ttrpc"
+{cri}]
+  sandbox_image = "{self.pause_image}"
+  restrict_oom_score_adj = true
+  {cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    {cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      {cri}.containerd.runtimes.runc.options]
+        Root = "{self.runc_root}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{self.base}/opt"
+"""
 
     def start(self, timeout=90):
         if not self.config.exists():

@@ -15,11 +15,11 @@ GiB = 1 << 30
 
 
 @pytest.fixture
-def pods(containerd):
+def pods(any_containerd):
     made = []
 
     def make(name, **kw):
-        made.append(Pod(containerd, name, **kw))
+        made.append(Pod(any_containerd, name, **kw))
         return made[-1]
     yield make
     for p in made:
@@ -45,13 +45,17 @@ def test_a_pod_is_sized(pods, annotations, expected):
     assert pod.exec("b", "cat", "/dev/shm/shared").stdout.strip() == "from-a"  # one tmpfs per pod
 
 
-def test_a_bad_annotation_fails_the_sandbox_and_leaves_nothing(containerd, pods, ns):
+def test_the_trixie_engine_is_containerd_1_7(trixie_containerd):
+    assert trixie_containerd.ctr("version").stdout.count("1.7.") >= 2  # client and server
+
+
+def test_a_bad_annotation_fails_the_sandbox_and_leaves_nothing(any_containerd, pods):
     pod = pods("bad", annotations={"shmkeeper.io/shm-size": "lots"})
     p = pod.run(check=False)
     assert p.returncode != 0
     assert 'shmkeeper: annotation shmkeeper.io/shm-size: invalid size "lots"' in p.stderr, p.stderr
-    assert all(s["metadata"]["name"] != "bad" for s in json.loads(cri(containerd, "pods").stdout).get("items", []))
-    left = ns.run(["grep", "-c", "/sandboxes/", "/proc/self/mountinfo"], check=False).stdout.strip()
+    assert all(s["metadata"]["name"] != "bad" for s in json.loads(cri(any_containerd, "pods").stdout).get("items", []))
+    left = any_containerd.ns.run(["grep", "-c", "/sandboxes/", "/proc/self/mountinfo"], check=False).stdout.strip()
     assert left == "0", left
 
 

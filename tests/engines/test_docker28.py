@@ -1,6 +1,8 @@
 """Docker 28 (sid's docker.io dockerd and docker-cli) with shmkeeper-runtime as
 its default runtime, installed by the static CLI inside the sid root: what
-/dev/shm is inside the container for each way of asking, and a refusal."""
+/dev/shm is inside the container for each way of asking, and a refusal.
+The sizing checks also run against trixie's Docker 26.1 (any_dockerd's
+docker26: SHMKEEPER_ENGINES_TRIXIE=1)."""
 import json
 
 from engines_env import IMAGE, RUNTIME, shmkeeper
@@ -22,30 +24,36 @@ def test_the_engine_is_docker_28_with_shmkeeper_as_default(dockerd):
     assert dockerd.docker("version", "--format", "{{.Client.Version}}").stdout.startswith("28.")
 
 
-def test_default_size_is_the_policy(dockerd):
+def test_default_size_is_the_policy(any_dockerd):
     # shm.default auto: no memory limit, so half of the host's RAM (the kernel rounds to pages)
-    assert abs(shm(dockerd) - kib(host_ram_bytes() // 2)) <= 4
+    assert abs(shm(any_dockerd) - kib(host_ram_bytes() // 2)) <= 4
 
 
-def test_plain_runc_keeps_docker_64m(dockerd):
-    assert shm(dockerd, "--runtime", "runc") == kib(64 * MiB)
+def test_plain_runc_keeps_docker_64m(any_dockerd):
+    assert shm(any_dockerd, "--runtime", "runc") == kib(64 * MiB)
 
 
-def test_annotation_sizes(dockerd):
+def test_annotation_sizes(any_dockerd):
     # Docker >= 24 passes --annotation into the OCI spec
-    assert shm(dockerd, "--annotation", "shmkeeper.io/shm-size=300m") == kib(300 * MiB)
+    assert shm(any_dockerd, "--annotation", "shmkeeper.io/shm-size=300m") == kib(300 * MiB)
 
 
-def test_env_sizes(dockerd):
-    assert shm(dockerd, "-e", "SHMKEEPER_SHM_SIZE=96m") == kib(96 * MiB)
+def test_env_sizes(any_dockerd):
+    assert shm(any_dockerd, "-e", "SHMKEEPER_SHM_SIZE=96m") == kib(96 * MiB)
 
 
-def test_explicit_shm_size_is_kept(dockerd):
-    assert shm(dockerd, "--shm-size", "128m") == kib(128 * MiB)
+def test_explicit_shm_size_is_kept(any_dockerd):
+    assert shm(any_dockerd, "--shm-size", "128m") == kib(128 * MiB)
 
 
-def test_memory_limit_sizes_auto(dockerd):
-    assert shm(dockerd, "-m", "300m") == kib(300 * MiB)
+def test_memory_limit_sizes_auto(any_dockerd):
+    assert shm(any_dockerd, "-m", "300m") == kib(300 * MiB)
+
+
+def test_trixie_engine_is_docker_26_with_shmkeeper_as_default(trixie_dockerd):
+    info = trixie_dockerd.info()
+    assert info["ServerVersion"].startswith("26.1."), info["ServerVersion"]
+    assert info["DefaultRuntime"] == "shmkeeper" and "shmkeeper" in info["Runtimes"]
 
 
 def ids(dockerd):
