@@ -231,8 +231,8 @@ int Run(int argc, char** argv) {
     NriSessionOptions nri_options;
     nri_options.index = config->agent.nri.index;
     nri = std::make_unique<NriPlugin>(
-        config->agent.nri.socket, nri_options, [&agent] { return agent.config(); }, Os::Default(),
-        &agent.nri_stats(), [](const char* level, const std::string& msg) { Log(level, msg); });
+        config->agent.nri.socket, nri_options, [&agent] { return agent.config(); }, Os::Default(), &agent.nri_stats(),
+        [](const char* level, const std::string& msg) { Log(level, msg); });
     nri->Start();
   }
   ServerOptions server_options = ServerOptions::FromConfig(*config);

@@ -18,7 +18,8 @@ std::optional<MemoryLimit> NriMemoryLimit(const api::PodSandbox& pod, const api:
     return MemoryLimit{pod.linux().pod_resources().memory().limit().value(), "nri:pod_resources.memory.limit"};
   }
   if (container.has_linux() && container.linux().has_resources() && container.linux().resources().has_memory() &&
-      container.linux().resources().memory().has_limit() && container.linux().resources().memory().limit().value() > 0) {
+      container.linux().resources().memory().has_limit() &&
+      container.linux().resources().memory().limit().value() > 0) {
     return MemoryLimit{container.linux().resources().memory().limit().value(),
                        "nri:container.linux.resources.memory.limit"};
   }
@@ -33,7 +34,8 @@ std::string SandboxBundle(const std::string& source, const std::string& pod_id) 
   const std::string tail = "/io.containerd.grpc.v1.cri/sandboxes/" + pod_id + "/shm";
   if (pod_id.empty() || source.size() <= tail.size() || source.compare(source.size() - tail.size(), tail.size(), tail))
     return "";
-  std::string bundle = source.substr(0, source.size() - tail.size()) + "/io.containerd.runtime.v2.task/k8s.io/" + pod_id;
+  std::string bundle =
+      source.substr(0, source.size() - tail.size()) + "/io.containerd.runtime.v2.task/k8s.io/" + pod_id;
   struct stat st {};
   if (::lstat(bundle.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
   return bundle;
@@ -80,8 +82,7 @@ Result<NriDecision> DecideCreateContainer(const api::PodSandbox& pod, const api:
   if (!plan.ok()) {
     if (plan.status().code() != Code::kInvalidArgument) return plan.status();
     d.refusal = "shmkeeper: " + plan.status().message();
-    (void)AppendDecisionLine(config,
-                             DecisionFailureRecord(container.id(), "error", "nri", "refuse", plan.status()),
+    (void)AppendDecisionLine(config, DecisionFailureRecord(container.id(), "error", "nri", "refuse", plan.status()),
                              LogLevel::kError);
     return d;
   }

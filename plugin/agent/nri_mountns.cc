@@ -73,7 +73,8 @@ std::unique_ptr<RuntimeMountNsOs> RuntimeMountNsOs::ForPeerOf(int fd, Os* base) 
   int ns = -1;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0) {
     std::string path = "/proc/" + std::to_string(cred.pid) + "/ns/mnt";
-    struct stat theirs {}, ours {};
+    struct stat theirs {
+    }, ours{};
     if (::stat(path.c_str(), &theirs) == 0 && ::stat("/proc/self/ns/mnt", &ours) == 0 &&
         (theirs.st_ino != ours.st_ino || theirs.st_dev != ours.st_dev)) {
       ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -13,8 +13,7 @@
 namespace shmkeeper::agent {
 namespace api = ::nri::pkg::api::v1alpha1;
 
-NriPlugin::NriPlugin(std::string socket, NriSessionOptions options, ConfigFn config, Os* os, NriStats* stats,
-                     LogFn log)
+NriPlugin::NriPlugin(std::string socket, NriSessionOptions options, ConfigFn config, Os* os, NriStats* stats, LogFn log)
     : socket_(std::move(socket)),
       options_(std::move(options)),
       config_(std::move(config)),
@@ -26,7 +25,9 @@ NriPlugin::NriPlugin(std::string socket, NriSessionOptions options, ConfigFn con
 
 NriPlugin::~NriPlugin() { Stop(); }
 
-void NriPlugin::Start() { thread_ = std::thread([this] { Loop(); }); }
+void NriPlugin::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void NriPlugin::Stop() {
   {
@@ -111,8 +112,8 @@ void NriPlugin::Loop() {
 
 void NriPlugin::Configured(const api::ConfigureRequest& req) {
   stats_->Configured(req.runtime_name(), req.runtime_version());
-  log_("info", "NRI: configured by " + req.runtime_name() + " " + req.runtime_version() + " (NRI " +
-                   req.nri_version() + ", request timeout " + std::to_string(req.request_timeout()) + " ms)");
+  log_("info", "NRI: configured by " + req.runtime_name() + " " + req.runtime_version() + " (NRI " + req.nri_version() +
+                   ", request timeout " + std::to_string(req.request_timeout()) + " ms)");
 }
 
 Result<api::CreateContainerResponse> NriPlugin::CreateContainer(const api::CreateContainerRequest& req) {

@@ -131,8 +131,8 @@ Status RunNriSession(int fd, const NriSessionOptions& options, NriHandler& handl
   call.set_method("RegisterPlugin");
   call.set_payload(reg.SerializeAsString());
   call.set_timeout_nano(std::chrono::nanoseconds(options.registration_timeout).count());
-  SHMK_RETURN_IF_ERROR(Send(fd, shmkeeper::nri::kRuntimeServiceConn, kRegisterStream, MessageType::kRequest,
-                            call.SerializeAsString()));
+  SHMK_RETURN_IF_ERROR(
+      Send(fd, shmkeeper::nri::kRuntimeServiceConn, kRegisterStream, MessageType::kRequest, call.SerializeAsString()));
   const auto deadline = std::chrono::steady_clock::now() + options.registration_timeout;
   shmkeeper::nri::WireReader reader;
   bool registered = false, end = false;

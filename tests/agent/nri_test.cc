@@ -254,14 +254,13 @@ TEST(NriDecide, TheAnnotationSizesThePodsSandboxTmpfsAndTheNextContainerKeepsIt)
 TEST(NriDecide, AutoTakesThePodsMemoryLimitThenTheContainers) {
   FakeOs os = OsWithSandboxShm(64 * kMiB);
   api::CreateContainerRequest req = Create("pod1", kShm);
-  req.mutable_container()->mutable_linux()->mutable_resources()->mutable_memory()->mutable_limit()->set_value(
-      300 * kMiB);
+  req.mutable_container()->mutable_linux()->mutable_resources()->mutable_memory()->mutable_limit()->set_value(300 *
+                                                                                                              kMiB);
   Result<NriDecision> d = DecideCreateContainer(req.pod(), req.container(), Policy(), os);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(os.remounted[kShm], 300 * kMiB);
   EXPECT_EQ(d->plan.limit.source, "nri:container.linux.resources.memory.limit");
-  req.mutable_pod()->mutable_linux()->mutable_pod_resources()->mutable_memory()->mutable_limit()->set_value(
-      500 * kMiB);
+  req.mutable_pod()->mutable_linux()->mutable_pod_resources()->mutable_memory()->mutable_limit()->set_value(500 * kMiB);
   d = DecideCreateContainer(req.pod(), req.container(), Policy(), os);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(os.remounted[kShm], 500 * kMiB);

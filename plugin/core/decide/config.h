@@ -97,7 +97,7 @@ struct Config {
     // 1.7 with NRI enabled, 2.x by default): it sizes each pod's /dev/shm
     // when the runtime creates a container, before the container starts.
     struct Nri {
-      std::string socket;         // agent.nri.socket: the runtime's NRI socket ("" = off)
+      std::string socket;        // agent.nri.socket: the runtime's NRI socket ("" = off)
       std::string index = "10";  // agent.nri.index: the plugin's two-digit NRI index (call order)
     } nri;
     struct Tcp {

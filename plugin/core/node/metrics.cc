@@ -35,8 +35,8 @@ void RenderNriMetrics(const NriState& n, Help& help, std::ostringstream& o) {
   if (n.socket.empty()) return;  // agent.nri.socket off: no series
   help("shmkeeper_nri_connected", "gauge",
        "1 while the agent is registered as an NRI plugin with the runtime (agent.nri.socket).");
-  o << "shmkeeper_nri_connected{runtime=\"" << Escape(n.runtime_name) << "\",version=\""
-    << Escape(n.runtime_version) << "\"} " << (n.connected ? 1 : 0) << "\n";
+  o << "shmkeeper_nri_connected{runtime=\"" << Escape(n.runtime_name) << "\",version=\"" << Escape(n.runtime_version)
+    << "\"} " << (n.connected ? 1 : 0) << "\n";
   help("shmkeeper_nri_connections_total", "counter",
        "NRI registrations that succeeded (the first, then one per reconnection after the runtime restarted).");
   o << "shmkeeper_nri_connections_total " << n.connections << "\n";

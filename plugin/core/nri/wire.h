@@ -63,7 +63,7 @@ class WireReader {
 
  private:
   Status DrainStream(uint32_t conn);
-  std::string trunk_;  // bytes not yet cut into mux frames
+  std::string trunk_;                        // bytes not yet cut into mux frames
   std::map<uint32_t, std::string> streams_;  // per connection: bytes not yet cut into messages
   std::deque<TtrpcMessage> ready_;
 };
