@@ -223,8 +223,9 @@ def containerd_pids(engine):
     return out
 
 
-def restart_containerd(engine):
-    """SIGTERM to containerd itself (the nsenter in front of it does not pass signals on), then a new one."""
+def restart_containerd(engine, while_down=None):
+    """SIGTERM to containerd itself (the nsenter in front of it does not pass signals on), `while_down()`,
+    then a new one."""
     import os
     pids = containerd_pids(engine)
     assert pids, "containerd is not running"
@@ -232,15 +233,28 @@ def restart_containerd(engine):
         os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not containerd_pids(engine), timeout=60, what="containerd to exit")
     engine.proc.wait(timeout=30)
+    if while_down:
+        while_down()
     engine.start()
+
+
+def agent_nri_status(agent):
+    return json.loads(run([CLI, "status", "-o", "json", "--agent", agent.sock]).stdout)["node"]["nri"]
 
 
 def test_nri_agent_reconnects_after_containerd_restarts(containerd, agent, pods):
     seen = len(agent.lines())
     before = agent.metrics()["shmkeeper_nri_connections_total"]
-    restart_containerd(containerd)
+    # While containerd is down the agent says so (and retries).
+    restart_containerd(containerd, while_down=lambda: wait_for(
+        lambda: agent_nri_status(agent)["connected"] is False, timeout=30, what="status: not connected"))
     agent.wait_log("NRI: registered", after=seen)
     assert agent.metrics()["shmkeeper_nri_connections_total"] == before + 1
+    nri = agent_nri_status(agent)
+    assert nri["connected"] is True and nri["runtimeName"] == "containerd", nri
+    assert nri["runtimeVersion"].startswith("2.1.") and int(nri["connections"]) == before + 1, nri
+    text = run([CLI, "status", "--agent", agent.sock]).stdout
+    assert f"connected to containerd {nri['runtimeVersion']} at {containerd.nri_sock}" in text, text
     pod = pods("after-restart", annotations={"shmkeeper.io/shm-size": "512Mi"})
     pod.create("a")
     assert pod.first_df_kib("a") == 512 * MiB // 1024
