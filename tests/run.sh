@@ -154,7 +154,7 @@ stage_lint() {
     else skipped+=("$u"); fi
   done
   # The protobuf headers the agent and CLI include are generated at build time.
-  cmake --build build -j"$jobs" --target shmkeeper_proto shmkeeper_cri_proto >/dev/null
+  cmake --build build -j"$jobs" --target shmkeeper_proto shmkeeper_cri_proto shmkeeper_nri_proto >/dev/null
   echo "clang-tidy: ${#in_build[@]} + ${#in_asan[@]} files changed since $base"
   local tidy=(clang-tidy --quiet --extra-arg=-Wno-unknown-warning-option)
   local quiet='/^[0-9]+ warnings? generated\.$/d'  # clang-tidy's count of the warnings it did not show

@@ -15,6 +15,7 @@
 #include "node/agent_lock.h"
 #include "node/engine.h"
 #include "node/probers.h"
+#include "nri_plugin.h"
 #include "server.h"
 #include "shmkeeper/version.h"
 
@@ -225,6 +226,15 @@ int Run(int argc, char** argv) {
   }
   agent.SetWarningSink([](const std::string& w) { Log("warning", w); });
   if (Status s = agent.Start(); !s.ok()) Log("warning", s.message() + "; creator records and hook events are off");
+  std::unique_ptr<NriPlugin> nri;
+  if (!config->agent.nri.socket.empty()) {  // the agent as the runtime's NRI plugin
+    NriSessionOptions nri_options;
+    nri_options.index = config->agent.nri.index;
+    nri = std::make_unique<NriPlugin>(
+        config->agent.nri.socket, nri_options, [&agent] { return agent.config(); }, Os::Default(), &agent.nri_stats(),
+        [](const char* level, const std::string& msg) { Log(level, msg); });
+    nri->Start();
+  }
   ServerOptions server_options = ServerOptions::FromConfig(*config);
   if (std::string note = server_options.TcpReadOnlyNote(); !note.empty()) Log("warning", note);
   AgentServer server(&agent, std::move(server_options));
@@ -240,6 +250,7 @@ int Run(int argc, char** argv) {
     ReloadPolicy(agent, path, must_exist, over);
   }
   Log("info", "stopping", {{"signal", sig}});
+  if (nri) nri->Stop();
   server.Shutdown();
   agent.Stop();
   return 0;

@@ -39,6 +39,17 @@ grpc::Status ShmKeeperService::GetNode(grpc::ServerContext*, const v1::GetNodeRe
   if (!snap) return ToGrpc(Status::Precondition("the first scan has not finished"));
   ToProto(*snap, agent_->config(), resp->mutable_node());
   ConfigFileToProto(agent_->config_file_state(), resp->mutable_node()->mutable_config_file());
+  if (NriState n = agent_->nri_stats().state(); !n.socket.empty()) {
+    v1::NriPlugin* out = resp->mutable_node()->mutable_nri();
+    out->set_socket(n.socket);
+    out->set_connected(n.connected);
+    out->set_runtime_name(n.runtime_name);
+    out->set_runtime_version(n.runtime_version);
+    out->set_last_error(n.last_error);
+    out->set_connections(n.connections);
+    out->set_refusals(n.refusals);
+    out->set_failures(n.failures);
+  }
   return grpc::Status::OK;
 }
 

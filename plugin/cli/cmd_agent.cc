@@ -79,6 +79,18 @@ std::string ConfigFileOnDisk(const v1::ConfigFile& c) {
          "with their engine's default /dev/shm until it is fixed)";
 }
 
+// The `nri` row: off, connected to which runtime, or why not.
+std::string NriCell(const v1::Node& n) {
+  if (!n.has_nri()) return "off (agent.nri.socket)";
+  const v1::NriPlugin& p = n.nri();
+  std::string counts = std::to_string(p.connections()) + " registrations, " + std::to_string(p.refusals()) +
+                       " refused, " + std::to_string(p.failures()) + " failures";
+  if (p.connected()) {
+    return "connected to " + p.runtime_name() + " " + p.runtime_version() + " at " + p.socket() + " (" + counts + ")";
+  }
+  return "not connected to " + p.socket() + ": " + p.last_error() + " (" + counts + ")";
+}
+
 Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
   v1::GetNodeResponse resp;
   SHMK_RETURN_IF_ERROR(Unary(f, [&](grpc::ClientContext* ctx) { return stub.GetNode(ctx, {}, &resp); }));
@@ -97,7 +109,8 @@ Status Status_(v1::ShmKeeper::Stub& stub, const AgentFlags& f) {
               {"last scan", TimeUtil::ToString(n.last_scan_time()) + " in " +
                                 std::to_string(TimeUtil::DurationToMilliseconds(n.last_scan_duration())) + "ms"},
               {"running policy", ConfigFileRunning(n.config_file())},
-              {"file on disk", ConfigFileOnDisk(n.config_file())}});
+              {"file on disk", ConfigFileOnDisk(n.config_file())},
+              {"nri", NriCell(n)}});
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -221,6 +222,19 @@ const Field kFields[] = {
      [](const Config& c) -> nlohmann::json { return c.agent.state_dir; }},
     {"agent.reconcile", [](const YAML::Node& n, Config* c) { return SetBool(n, &c->agent.reconcile); },
      [](const Config& c) -> nlohmann::json { return c.agent.reconcile; }},
+    {"agent.nri.socket", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.nri.socket); },
+     [](const Config& c) -> nlohmann::json { return c.agent.nri.socket; }},
+    {"agent.nri.index",
+     [](const YAML::Node& n, Config* c) -> Status {
+       SHMK_RETURN_IF_ERROR(SetString(n, &c->agent.nri.index));
+       const std::string& i = c->agent.nri.index;
+       if (i.size() != 2 || !std::isdigit(static_cast<unsigned char>(i[0])) ||
+           !std::isdigit(static_cast<unsigned char>(i[1]))) {
+         return Status::Invalid("agent.nri.index must be two digits (\"00\" to \"99\"), got \"" + i + "\"");
+       }
+       return Status::Ok();
+     },
+     [](const Config& c) -> nlohmann::json { return c.agent.nri.index; }},
     {"agent.tcp.address", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.address); },
      [](const Config& c) -> nlohmann::json { return c.agent.tcp.address; }},
     {"agent.tcp.certFile", [](const YAML::Node& n, Config* c) { return SetString(n, &c->agent.tcp.cert_file); },

@@ -93,6 +93,13 @@ struct Config {
     // its annotation (or the policy) from the CRI's view, for nodes whose
     // runtime config cannot be changed. Needs criSocket.
     bool reconcile = false;
+    // agent.nri.*: the agent as an NRI plugin of the runtime (containerd
+    // 1.7 with NRI enabled, 2.x by default): it sizes each pod's /dev/shm
+    // when the runtime creates a container, before the container starts.
+    struct Nri {
+      std::string socket;        // agent.nri.socket: the runtime's NRI socket ("" = off)
+      std::string index = "10";  // agent.nri.index: the plugin's two-digit NRI index (call order)
+    } nri;
     struct Tcp {
       std::string address;         // agent.tcp.address: "" = no TCP listener
       std::string cert_file;       // agent.tcp.certFile (PEM), required with address

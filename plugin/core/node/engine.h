@@ -34,6 +34,7 @@
 #include "node/event_hub.h"
 #include "node/node_events.h"
 #include "node/node_scan.h"
+#include "node/nri_stats.h"
 #include "node/observer.h"
 #include "node/pod_query.h"
 #include "node/reclaim.h"
@@ -182,6 +183,9 @@ class Agent {
   AgentCounters counters() const SHMK_EXCLUDES(counters_mu_);
   // Counters of the errors survived (names in reporter.h), for /metrics.
   const Reporter& reporter() const { return *reporter_; }
+  // The NRI plugin's connection and counters (agent.nri.socket), for
+  // /metrics and `shmkeeper status`; the plugin itself is the caller's.
+  NriStats& nri_stats() const { return *nri_; }
 
  private:
   // Every member is initialised from the constructor's arguments alone (the
@@ -209,6 +213,7 @@ class Agent {
 
   Os* const os_;
   const std::shared_ptr<Reporter> reporter_;
+  const std::shared_ptr<NriStats> nri_ = std::make_shared<NriStats>();
   const std::shared_ptr<CreatorBook> creators_;  // one book, shared by the scanner and the intake
   const std::vector<std::string> runtime_roots_;
   // The containers reconcile sizes, parsed again only when their state

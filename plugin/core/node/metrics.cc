@@ -30,6 +30,33 @@ std::string PodLabels(const PodKey& k) {
          PodKindName(k.kind) + "\"";
 }
 
+template <typename Help>
+void RenderNriMetrics(const NriState& n, Help& help, std::ostringstream& o) {
+  if (n.socket.empty()) return;  // agent.nri.socket off: no series
+  help("shmkeeper_nri_connected", "gauge",
+       "1 while the agent is registered as an NRI plugin with the runtime (agent.nri.socket).");
+  o << "shmkeeper_nri_connected{runtime=\"" << Escape(n.runtime_name) << "\",version=\"" << Escape(n.runtime_version)
+    << "\"} " << (n.connected ? 1 : 0) << "\n";
+  help("shmkeeper_nri_connections_total", "counter",
+       "NRI registrations that succeeded (the first, then one per reconnection after the runtime restarted).");
+  o << "shmkeeper_nri_connections_total " << n.connections << "\n";
+  help("shmkeeper_nri_connect_failures_total", "counter", "NRI connects or registrations that failed.");
+  o << "shmkeeper_nri_connect_failures_total " << n.connect_failures << "\n";
+  help("shmkeeper_nri_decisions_total", "counter",
+       "CreateContainer calls answered with a decision, by action (resize, keep, skip).");
+  for (const char* action : {"resize", "keep", "skip"}) {
+    auto it = n.decisions.find(action);
+    o << "shmkeeper_nri_decisions_total{action=\"" << action << "\"} " << (it == n.decisions.end() ? 0 : it->second)
+      << "\n";
+  }
+  help("shmkeeper_nri_refusals_total", "counter",
+       "CreateContainer calls refused (a bad size): the container fails to create with the wrapper's reason.");
+  o << "shmkeeper_nri_refusals_total " << n.refusals << "\n";
+  help("shmkeeper_nri_failures_total", "counter",
+       "CreateContainer calls that failed inside the agent, answered per onInternalError (no adjustment, or refused).");
+  o << "shmkeeper_nri_failures_total " << n.failures << "\n";
+}
+
 }  // namespace
 
 std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
@@ -217,6 +244,7 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   for (const PodRecord& p : snap->pods) {
     o << "shmkeeper_pod_files_over_limit{" << PodLabels(p.key) << "} " << (p.files_over_limit ? 1 : 0) << "\n";
   }
+  RenderNriMetrics(agent.nri_stats().state(), help, o);
   return o.str();
 }
 

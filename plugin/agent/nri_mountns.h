@@ -1,0 +1,42 @@
+// The runtime's view of the node's mounts, for the NRI plugin: the pod's shm
+// tmpfs is a mount the runtime made in its own mount namespace, which the
+// agent may not share (a DaemonSet's own namespace, a runtime in a private
+// namespace). RuntimeMountNsOs answers StatFs, RealPath and RemountTmpfs in
+// the mount namespace of the process at the other end of the NRI socket
+// (SO_PEERCRED): each call runs in a short-lived child that joined it
+// (setns(2) needs a single-threaded caller, which the agent is not). When
+// that namespace is the agent's own, or cannot be opened, calls go to `base`
+// directly.
+//
+// Thread-safety: as `base`; the namespace fd is owned and closed here.
+#pragma once
+
+#include <memory>
+
+#include "base/os.h"
+
+namespace shmkeeper::agent {
+
+class RuntimeMountNsOs : public Os {
+ public:
+  // The namespace of the peer of the connected unix socket `fd`. `base`
+  // outlives this object.
+  static std::unique_ptr<RuntimeMountNsOs> ForPeerOf(int fd, Os* base);
+  ~RuntimeMountNsOs() override;
+
+  Result<FsInfo> StatFs(const std::string& path) override;
+  Status RemountTmpfs(const std::string& path, int64_t bytes, unsigned long st_flags) override;
+  int64_t HostMemoryBytes() override { return base_->HostMemoryBytes(); }
+  Result<std::string> RealPath(const std::string& path) override;
+  int64_t PageSize() override { return base_->PageSize(); }
+
+  // Whether calls go through the runtime's namespace (false: directly).
+  bool joined() const { return ns_fd_ >= 0; }
+
+ private:
+  RuntimeMountNsOs(int ns_fd, Os* base) : ns_fd_(ns_fd), base_(base) {}
+  int ns_fd_;  // -1: the agent's own namespace
+  Os* base_;
+};
+
+}  // namespace shmkeeper::agent
