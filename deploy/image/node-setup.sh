@@ -15,6 +15,10 @@
 #              restart the runtime if its config changed. The binaries stay:
 #              containers created through shmkeeper-runtime still need it for
 #              their kill and delete.
+#              With SHMKEEPER_INTEGRATION=nri (components/nri, the chart's
+#              runtime.integration: nri) only the copy: the agent is the
+#              runtime's NRI plugin, nothing is registered, restarted or
+#              labelled (and uninstall has nothing to undo).
 #   idle       (the uninstall DaemonSet's container) sleep, so that the pod
 #              shows Running once the uninstall is done.
 #
@@ -61,6 +65,11 @@ POLICY=${SHMKEEPER_POLICY:-/etc/shmkeeper/config.yaml} # the ConfigMap
 RUNTIME=${SHMKEEPER_RUNTIME:-auto}
 SET_AS_DEFAULT=${SHMKEEPER_SET_AS_DEFAULT:-false}
 AGENT_ONLY=${SHMKEEPER_AGENT_ONLY:-false}
+INTEGRATION=${SHMKEEPER_INTEGRATION:-runtimeclass}  # runtimeclass | nri
+case "$INTEGRATION" in
+  runtimeclass|nri) ;;
+  *) echo "shmkeeper node-setup: SHMKEEPER_INTEGRATION must be runtimeclass or nri (got: $INTEGRATION)" >&2; exit 1 ;;
+esac
 RESTART=${SHMKEEPER_RESTART_RUNTIME:-auto}
 RESTART_COMMAND=${SHMKEEPER_RESTART_COMMAND:-}
 LIB_SRC_DIR=${SHMKEEPER_SOURCE_LIB_DIR:-/usr/local/lib/shmkeeper} # in the image
@@ -261,6 +270,7 @@ node_label() {
 case "${1:-}" in
   install)
     copy_binaries
+    if [ "$INTEGRATION" = nri ]; then log "nri: nothing installed into the runtime (the agent is its NRI plugin)"; exit 0; fi
     if [ "$AGENT_ONLY" = true ]; then log "agent-only mode: the runtime config is left alone"; exit 0; fi
     register install
     if [ "$PENDING" = true ]; then
@@ -269,6 +279,7 @@ case "${1:-}" in
       node_label set
     fi ;;
   uninstall)
+    if [ "$INTEGRATION" = nri ]; then log "nri: nothing registered with the runtime"; exit 0; fi
     if [ "$AGENT_ONLY" = true ]; then log "agent-only mode: nothing registered"; exit 0; fi
     node_label remove
     register uninstall

@@ -23,18 +23,24 @@ SM = {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}
 
 # Chart values for each kustomize variant (tests/lib/k8s_render.py VARIANTS); the
 # kustomize base creates its namespace (kustomize has no release namespace).
+# The kustomize base is the RuntimeClass integration; the chart's default is
+# NRI (components/nri).
+RC = {"runtime": {"integration": "runtimeclass"}}
 CHART_VALUES = {
-    "base": {},
-    "agent-only": {"agentOnly": True},
-    "servicemonitor": {"metrics": {"serviceMonitor": SM}},
-    "agent-only+servicemonitor": {"agentOnly": True, "metrics": {"serviceMonitor": SM}},
-    "k3s": {"runtime": {"distribution": "k3s"}},
-    "rke2": {"runtime": {"distribution": "rke2"}},
-    "microk8s": {"runtime": {"distribution": "microk8s"}},
-    "crio": {"runtime": {"distribution": "crio"}},
-    "k3s+install-root-opt": {"runtime": {"distribution": "k3s"}, "installRoot": "/opt/shmkeeper"},
-    "report-only": {"agent": {"reportOnly": True}},
-    "networkpolicy": {"metrics": {"networkPolicy": {"enabled": True}}},
+    "base": RC,
+    "agent-only": dict(RC, agentOnly=True),
+    "servicemonitor": dict(RC, metrics={"serviceMonitor": SM}),
+    "agent-only+servicemonitor": dict(RC, agentOnly=True, metrics={"serviceMonitor": SM}),
+    "k3s": {"runtime": {"integration": "runtimeclass", "distribution": "k3s"}},
+    "rke2": {"runtime": {"integration": "runtimeclass", "distribution": "rke2"}},
+    "microk8s": {"runtime": {"integration": "runtimeclass", "distribution": "microk8s"}},
+    "crio": {"runtime": {"integration": "runtimeclass", "distribution": "crio"}},
+    "k3s+install-root-opt": {"runtime": {"integration": "runtimeclass", "distribution": "k3s"},
+                             "installRoot": "/opt/shmkeeper"},
+    "report-only": dict(RC, agent={"reportOnly": True}),
+    "networkpolicy": dict(RC, metrics={"networkPolicy": {"enabled": True}}),
+    "nri": {},
+    "nri+install-root-opt": {"installRoot": "/opt/shmkeeper"},
 }
 NAMESPACED = {"ServiceAccount", "ConfigMap", "Service", "DaemonSet", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"}
 
@@ -104,14 +110,21 @@ def test_every_object_in_the_release_namespace_and_no_host_root(helm, tmp_path, 
             assert d["metadata"].get("namespace") == "shmk-test", (d["kind"], d["metadata"])
         else:
             assert "namespace" not in d["metadata"], d["kind"]
-    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "shmkeeper", "namespace": "shmk-test"}]
+    binding = next((d for d in docs if d["kind"] == "ClusterRoleBinding"), None)
+    assert (binding is None) == variant.startswith("nri")  # NRI: no node label, no RBAC
+    assert variant.startswith("nri") or binding["subjects"] == [{"kind": "ServiceAccount", "name": "shmkeeper", "namespace": "shmk-test"}]
     mounts = list(host_paths(docs)) + list(host_paths(render_variant(tmp_path / "k", variant)))
     assert mounts
     assert not [m for m in mounts if m[2] == "/"], "the host's / is mounted"
     # The long-running agent mounts /run only (report-only: its own directory and the runtime's state, read-only),
     # and the wrapper's decision log read-only; everything the installer writes is a narrow directory.
-    if variant == "report-only":
+    agent_mounts = {m[2]: m[3] for m in mounts if m[1] == "agent"}
+    if variant.startswith("nri"):
+        assert agent_mounts == {"/run": False, "/var/run/nri": True, "/var/log/shmkeeper": True}
+        # The NRI profile's installer only copies: no /run, no runtime config, no token.
+        assert {m[2] for m in mounts if m[1] == "install"} == {"/etc/shmkeeper", "/usr/local" if variant == "nri"
+                                                                else "/opt/shmkeeper"}
+    elif variant == "report-only":
         assert {m[2]: m[3] for m in mounts if m[1] == "agent"} == {
             "/run/shmkeeper": False, "/run/containerd/runc": True, "/run/containerd/io.containerd.runtime.v2.task": True,
             "/run/containerd/io.containerd.grpc.v1.cri": True, "/var/log/shmkeeper": True}
@@ -121,13 +134,15 @@ def test_every_object_in_the_release_namespace_and_no_host_root(helm, tmp_path, 
     assert writable <= {"/run", "/run/shmkeeper", "/etc/shmkeeper", "/usr/local", "/opt/shmkeeper", "/etc/containerd", "/etc/crio",
                         "/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd",
                         "/var/snap/microk8s/current/args", "/usr/share/containers/oci/hooks.d"}, writable
-    assert ("shmkeeper", "install", "/run", True) in mounts  # the installer only reads /run
+    if not variant.startswith("nri"):
+        assert ("shmkeeper", "install", "/run", True) in mounts  # the installer only reads /run
 
 
 def test_chart_choices_beyond_the_base(helm, tmp_path):
     docs = render_chart(helm, tmp_path, {"nodeSelector": {"gpu": "true"}, "namespace": {"create": True},
                                          "restartRuntime": "command", "restartCommand": "sv restart containerd",
-                                         "runtime": {"distribution": "k3s", "configDir": "/srv/k3s/containerd",
+                                         "runtime": {"integration": "runtimeclass", "distribution": "k3s",
+                                                     "configDir": "/srv/k3s/containerd",
                                                      "containerdSocket": "/srv/k3s.sock"},
                                          "installRoot": "/var/lib/shmkeeper"}, namespace="infra")
     ns = [d for d in docs if d["kind"] == "Namespace"]
@@ -145,7 +160,7 @@ def test_chart_choices_beyond_the_base(helm, tmp_path):
     vols = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
     assert vols["runtime-config"] == "/srv/k3s/containerd" and vols["install-root"] == "/var/lib/shmkeeper"
     # Without the label: no RBAC, no token, the RuntimeClass selects only nodeSelector.
-    docs = render_chart(helm, tmp_path, {"nodeLabel": {"enabled": False}})
+    docs = render_chart(helm, tmp_path, dict(RC, nodeLabel={"enabled": False}))
     assert not [d for d in docs if d["kind"].startswith("ClusterRole")]
     rc = next(d for d in docs if d["kind"] == "RuntimeClass")
     assert "scheduling" not in rc
@@ -155,7 +170,7 @@ def test_chart_choices_beyond_the_base(helm, tmp_path):
 
 
 def test_only_the_setup_containers_get_a_token(helm, tmp_path):
-    docs = render_chart(helm, tmp_path)
+    docs = render_chart(helm, tmp_path, RC)
     for ds in (d for d in docs if d["kind"] == "DaemonSet"):
         pod = ds["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False

@@ -135,9 +135,10 @@ def test_the_users_metrics_address_is_kept(helm, tmp_path):
 
 def test_kube_version_is_the_oldest_with_every_field_used(helm):
     """securityContext.appArmorProfile (report-only) is a field since Kubernetes 1.30."""
-    p = helm_template(helm, "--kube-version", "1.29.9", "--set", "agent.reportOnly=true")
+    rc = ("--set", "runtime.integration=runtimeclass")  # report-only is not the NRI plugin
+    p = helm_template(helm, "--kube-version", "1.29.9", "--set", "agent.reportOnly=true", *rc)
     assert p.returncode != 0 and "chart requires kubeVersion: >=1.30.0-0" in p.stderr, p.stderr
-    assert helm_template(helm, "--kube-version", "1.30.0", "--set", "agent.reportOnly=true").returncode == 0
+    assert helm_template(helm, "--kube-version", "1.30.0", "--set", "agent.reportOnly=true", *rc).returncode == 0
 
 
 # ---- the report-only profile's host paths -------------------------------------------
@@ -161,7 +162,8 @@ def assert_no_engine_socket(mounts):
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 def test_report_only_agent_mounts_no_engine_socket_and_not_run(helm, tmp_path, distribution):
-    docs = render_chart(helm, tmp_path, {"agent": {"reportOnly": True}, "runtime": {"distribution": distribution}})
+    docs = render_chart(helm, tmp_path, {"agent": {"reportOnly": True},
+                                         "runtime": {"integration": "runtimeclass", "distribution": distribution}})
     mounts = agent_host_mounts(docs)
     assert_no_engine_socket(mounts)
     assert any(p.endswith("runc") for p in mounts), mounts  # the runtime's state, read-only
@@ -182,7 +184,7 @@ def test_report_only_component_mounts_no_engine_socket_and_not_run(tmp_path):
     ("microk8s", "/var/snap/microk8s/common/run/containerd.sock"), ("crio", "/run/crio/crio.sock")])
 def test_report_only_cri_socket_is_that_one_file_by_choice(helm, tmp_path, distribution, socket_path):
     docs = render_chart(helm, tmp_path, {"agent": {"reportOnly": True, "mountCriSocket": True},
-                                         "runtime": {"distribution": distribution}})
+                                         "runtime": {"integration": "runtimeclass", "distribution": distribution}})
     mounts = agent_host_mounts(docs)
     assert mounts.pop(socket_path) == (False, "Socket")  # the file only; a socket cannot be read-only in effect
     assert_no_engine_socket(mounts)
@@ -227,7 +229,7 @@ def start_rendered_agent(helm, d: Path, metrics_tls):
     agent container, a function running its readiness probe, the process, the port)."""
     port = free_port()
     state = d / "state"
-    docs = render_chart(helm, d, {"policy": {"agent": {
+    docs = render_chart(helm, d, {"runtime": {"integration": "runtimeclass"}, "policy": {"agent": {
         "socket": str(state / "agent.sock"), "stateDir": str(state), "eventSocket": str(state / "events.sock"),
         "metricsAddress": f"127.0.0.1:{port}", "scanInterval": "1s", "dockerSocket": "", "criSocket": "none",
         "runtimeRoots": [str(d / "no-runtime-root")], "metrics": metrics_tls}}})

@@ -81,6 +81,8 @@ VARIANTS = {
     "k3s+install-root-opt": (["components/k3s", "components/install-root-opt"], None),
     "report-only": (["components/report-only"], None),
     "networkpolicy": (["components/networkpolicy"], None),
+    "nri": (["components/nri"], None),
+    "nri+install-root-opt": (["components/nri", "components/install-root-opt"], None),
 }
 
 

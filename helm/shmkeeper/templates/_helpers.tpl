@@ -66,11 +66,20 @@ when set, else 0.0.0.0 and metrics.port (or "" with metrics off). */}}
 {{- end }}
 
 {{/* The policy as the agent reads it: the user's, with agent.metricsAddress
-filled in only when unset and leaks.reclaim: off kept a string. */}}
+filled in only when unset, agent.nri.socket the runtime's default NRI socket
+under runtime.integration: nri unless set, and leaks.reclaim: off kept a
+string. */}}
 {{- define "shmkeeper.policy" -}}
 {{- $policy := deepCopy (.Values.policy | default dict) -}}
 {{- $agent := deepCopy (.Values.policy.agent | default dict) -}}
 {{- $_ := set $agent "metricsAddress" (include "shmkeeper.metricsAddress" .) -}}
+{{- if include "shmkeeper.nri" . -}}
+{{- $nri := deepCopy ($agent.nri | default dict) -}}
+{{- if not (hasKey $nri "socket") -}}
+{{- $_ := set $nri "socket" "/var/run/nri/nri.sock" -}}
+{{- end -}}
+{{- $_ := set $agent "nri" $nri -}}
+{{- end -}}
 {{- $_ := set $policy "agent" $agent -}}
 {{- with $policy.leaks -}}
 {{- if and (hasKey . "reclaim") (kindIs "bool" .reclaim) (not .reclaim) -}}
@@ -103,8 +112,32 @@ tmpfs), read-only, never a directory that holds an engine's socket. */}}
 {{- end -}}
 {{- end }}
 
-{{/* node-setup.sh's settings, shared by the install and uninstall pods. */}}
+{{/* "true" under runtime.integration: nri (the agent is the runtime's NRI
+plugin: nothing installed into the runtime), "" under runtimeclass. The
+report-only agent cannot be the plugin (it remounts pods' /dev/shm in the
+runtime's mount namespace: privileged). */}}
+{{- define "shmkeeper.nri" -}}
+{{- if eq .Values.runtime.integration "nri" -}}
+{{- if and .Values.agent.reportOnly (not .Values.agentOnly) -}}
+{{- fail "agent.reportOnly needs runtime.integration=runtimeclass: the NRI plugin remounts pods' /dev/shm in the runtime's mount namespace, which needs a privileged agent" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* node-setup.sh's settings, shared by the install and uninstall pods.
+Under nri only the copy (install) and nothing to undo (uninstall). */}}
 {{- define "shmkeeper.setupEnv" -}}
+{{- if include "shmkeeper.nri" . }}
+- name: SHMKEEPER_INTEGRATION
+  value: nri
+- name: SHMKEEPER_INSTALL_ROOT
+  value: {{ .Values.installRoot | quote }}
+{{- if not .uninstall }}
+- name: SHMKEEPER_HOST_INSTALL_DIR
+  value: /host/install-root
+{{- end }}
+{{- else }}
 - name: SHMKEEPER_RUNTIME
   value: {{ .Values.runtime.distribution | quote }}
 - name: SHMKEEPER_INSTALL_ROOT
@@ -139,10 +172,19 @@ tmpfs), read-only, never a directory that holds an engine's socket. */}}
   valueFrom:
     fieldRef: {fieldPath: spec.nodeName}
 {{- end }}
+{{- end }}
 
 {{/* The install/uninstall containers' host mounts (least privilege: only
 what node-setup.sh reads or writes). */}}
 {{- define "shmkeeper.setupMounts" -}}
+{{- if include "shmkeeper.nri" . }}
+{{- if .uninstall }}
+- {name: host-run, mountPath: /host/run, readOnly: true}
+{{- else }}
+- {name: install-root, mountPath: /host/install-root}
+- {name: host-policy, mountPath: /host/etc/shmkeeper}
+{{- end }}
+{{- else }}
 - {name: host-run, mountPath: /host/run, readOnly: true}
 - {name: runtime-config, mountPath: /host/runtime-config}
 {{- if not .uninstall }}
@@ -158,8 +200,16 @@ what node-setup.sh reads or writes). */}}
 {{- end }}
 - {name: node-label-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
 {{- end }}
+{{- end }}
 
 {{- define "shmkeeper.setupVolumes" -}}
+{{- if include "shmkeeper.nri" . }}
+- {name: host-run, hostPath: {path: /run, type: Directory}}  {{- /* the agent's (install: none) */}}
+{{- if not .uninstall }}
+- {name: install-root, hostPath: {path: {{ .Values.installRoot }}, type: DirectoryOrCreate}}
+- {name: host-policy, hostPath: {path: /etc/shmkeeper, type: DirectoryOrCreate}}
+{{- end }}
+{{- else }}
 - {name: host-run, hostPath: {path: /run, type: Directory}}
 - {name: runtime-config, hostPath: {path: {{ include "shmkeeper.configDir" . }}, type: Directory}}
 {{- if not .uninstall }}
@@ -174,4 +224,5 @@ what node-setup.sh reads or writes). */}}
 - {name: host-usr-bin, hostPath: {path: /usr/bin, type: Directory}}
 {{- end }}
 {{ include "shmkeeper.tokenVolume" . }}
+{{- end }}
 {{- end }}
