@@ -371,8 +371,13 @@ bool ProcessHolds(pid_t pid, const FileKey& key, const std::string& proc) {
   UniqueFd dir(::open((proc + "/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return false;
   HolderMap held;
-  ScanProcess(
-      dir.get(), pid, {major(key.dev)}, [&](const FileKey& k) { return k == key; }, &held);
+  auto want = [&](const FileKey& k) { return k == key; };
+  // An open descriptor answers it: the mappings (thousands of lines in a
+  // process that imported a large library) and the other threads are read
+  // only when the leader's descriptors do not hold it.
+  ScanFds(dir.get(), pid, want, &held, nullptr);
+  if (held.count(key) > 0) return true;
+  ScanProcess(dir.get(), pid, {major(key.dev)}, want, &held);
   return held.count(key) > 0;
 }
 

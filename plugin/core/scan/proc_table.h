@@ -79,6 +79,7 @@ std::optional<ProcInfo> ReadProcInfo(pid_t pid, const std::string& proc = "/proc
 pid_t NamespacePid(pid_t pid, const std::string& proc = "/proc");
 
 // Whether process `pid` (any of its threads) has `key` open or mapped now.
+// The leader's descriptors are read first, and an answer there ends it.
 bool ProcessHolds(pid_t pid, const FileKey& key, const std::string& proc = "/proc");
 
 // /proc/<pid>/cmdline joined with spaces (comm when empty).
