@@ -90,6 +90,81 @@ void Scanner::Memory::End() {
   std::erase_if(sysv_unheld, [&](const auto& kv) { return !seen_sysv.count(kv.first); });
 }
 
+// The access process of each pod (a watched host directory lives in the
+// agent's own namespaces), and the pods whose IPC namespace the scan lists
+// (sysv_of: a pod's index into the listing, SIZE_MAX for none).
+void Scanner::ReadAccess(const std::vector<PodRecord>& pods, PodAccess* out) {
+  out->infos.assign(pods.size(), std::nullopt);
+  out->sysv_of.assign(pods.size(), SIZE_MAX);
+  std::map<pid_t, AccessEntry> access_next;
+  for (size_t i = 0; i < pods.size(); ++i) {
+    const PodRecord& p = pods[i];
+    if (p.access_pid > 0) {
+      out->infos[i] = AccessInfo(p.access_pid, p.access_start_ticks, &access_next);
+    } else if (!p.host_dir.empty()) {
+      out->infos[i] = ReadProcInfo(::getpid(), opts_.proc);
+    }
+    if (!out->infos[i] || !p.host_dir.empty()) continue;
+    out->sysv_of[i] = out->sysv_pids.size();
+    out->sysv_pids.push_back(p.access_pid);
+  }
+  access_ = std::move(access_next);
+}
+
+// One pod's turn (owners first): its tmpfs usage, its files' verdicts and
+// top segments, its SysV segments and memory cgroup.
+void Scanner::MeasurePod(size_t i, PodTurn* t) {
+  PodRecord& p = t->snap->pods[i];
+  const ShmDir& d = (*t->dirs)[i];
+  NodeSnapshot* snap = t->snap;
+  p.size_bytes = d.size_bytes;
+  p.used_bytes = d.used_bytes;
+  p.files = static_cast<int32_t>(d.files.size());
+  p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
+  if (p.shm_dev && t->counted.insert(p.shm_dev).second && !p.shares_host_shm) snap->pods_shm_used_bytes += p.used_bytes;
+  const ProcInfo* access = t->access.infos[i] ? &*t->access.infos[i] : nullptr;
+  size_t first_leak = snap->leaks.size();
+  p.shm_counted_elsewhere = p.shm_dev && !t->judged.insert(p.shm_dev).second;
+  if (d.over_limit) {  // none of its files is judged: no leaks, no top segments
+    KeepOverLimit(&p, d, snap);
+  } else {
+    if (!p.shm_counted_elsewhere) {
+      int fd = (*t->fds)[i].valid() ? (*t->fds)[i].get() : -1;
+      FileLeaks(&p, d, fd, t->view, access, t->walk, t->clock, &t->held, snap);
+    }
+    std::map<FileKey, LeakState> verdicts;
+    for (size_t k = first_leak; k < snap->leaks.size(); ++k) verdicts[snap->leaks[k].key] = snap->leaks[k].state;
+    p.top_segments = TopSegments(p, d.files, t->view->table, t->view->RefsIfRead(), opts_.top_segments, verdicts,
+                                 t->held.held, t->held.observed_pids, opts_.proc);
+  }
+  if (!access || !p.host_dir.empty()) return;
+  SysvLeaks(&p, t->view, t->sysv[t->access.sysv_of[i]], t->clock, &t->ipc_seen, snap);
+  p.memcg_shmem_bytes = PodMemcgShmem(p, t->walk, &t->memcg_next);
+}
+
+// The end of a scan: what it read becomes the memory of the next one, and
+// everything kept under files, segments and tmpfs it did not meet goes.
+void Scanner::EndScan(const NodeSnapshot& snap, ProcView* view) {
+  if (view->refs) {  // read afresh by this scan: the recent ones from now on
+    recent_refs_ = std::move(view->refs);
+    recent_refs_devices_ = view->devices;
+    recent_refs_scan_ = scans_;
+  } else if (!view->recent) {  // none needed: forget them (the next need reads afresh)
+    recent_refs_.reset();
+  }
+  mem_.End();
+  if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
+  std::set<dev_t> devs;
+  for (const PodRecord& p : snap.pods) {
+    if (p.shm_dev) devs.insert(p.shm_dev);
+  }
+  if (opts_.observer) {
+    opts_.observer->Retain(devs, mem_.seen_files);
+    std::erase_if(listings_, [&](const auto& kv) { return !devs.count(kv.first); });
+  }
+  std::erase_if(superblocks_, [&](const auto& kv) { return !devs.count(kv.first); });
+}
+
 NodeSnapshot Scanner::Scan(ScanDepth depth) {
   auto t0 = SteadyClock::now();
   bool walk = depth == ScanDepth::kWalk || !opts_.observer;
@@ -122,77 +197,19 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   Clock clock{SteadyClock::now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
   mem_.Begin();
-  std::set<dev_t> counted, judged;
-  std::set<ino_t> ipc_seen;
-  HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
-  // Each pod's access process (a watched host directory lives in the agent's
-  // own namespaces), and the SysV segments of the pods' IPC namespaces, all
-  // listed by one thread.
-  std::vector<std::optional<ProcInfo>> access_infos(snap.pods.size());
-  std::vector<pid_t> sysv_pids;
-  std::vector<size_t> sysv_of(snap.pods.size(), SIZE_MAX);
-  std::map<pid_t, AccessEntry> access_next;
-  for (size_t i = 0; i < snap.pods.size(); ++i) {
-    const PodRecord& p = snap.pods[i];
-    if (p.access_pid > 0) {
-      access_infos[i] = AccessInfo(p.access_pid, p.access_start_ticks, &access_next);
-    } else if (!p.host_dir.empty()) {
-      access_infos[i] = ReadProcInfo(::getpid(), opts_.proc);
-    }
-    if (!access_infos[i] || !p.host_dir.empty()) continue;
-    sysv_of[i] = sysv_pids.size();
-    sysv_pids.push_back(p.access_pid);
-  }
-  access_ = std::move(access_next);
-  std::vector<SysvListing> sysv = ListSysvShmEach(sysv_pids, opts_.proc);
-  std::map<pid_t, MemcgEntry> memcg_next;
-  for (size_t i : OwnersFirst(snap.pods)) {
-    PodRecord& p = snap.pods[i];
-    const ShmDir& d = dirs[i];
-    p.size_bytes = d.size_bytes;
-    p.used_bytes = d.used_bytes;
-    p.files = static_cast<int32_t>(d.files.size());
-    p.unlinked_bytes = p.shares_host_shm ? 0 : std::max<int64_t>(0, d.used_bytes - d.linked_bytes);
-    if (p.shm_dev && counted.insert(p.shm_dev).second && !p.shares_host_shm) snap.pods_shm_used_bytes += p.used_bytes;
-    const ProcInfo* access = access_infos[i] ? &*access_infos[i] : nullptr;
-    size_t first_leak = snap.leaks.size();
-    p.shm_counted_elsewhere = p.shm_dev && !judged.insert(p.shm_dev).second;
-    if (d.over_limit) {  // none of its files is judged: no leaks, no top segments
-      KeepOverLimit(&p, d, &snap);
-    } else {
-      if (!p.shm_counted_elsewhere) {
-        FileLeaks(&p, d, fds[i].valid() ? fds[i].get() : -1, &view, access, walk, clock, &held, &snap);
-      }
-      std::map<FileKey, LeakState> verdicts;
-      for (size_t k = first_leak; k < snap.leaks.size(); ++k) verdicts[snap.leaks[k].key] = snap.leaks[k].state;
-      p.top_segments = TopSegments(p, d.files, view.table, view.RefsIfRead(), opts_.top_segments, verdicts, held.held,
-                                   held.observed_pids, opts_.proc);
-    }
-    if (!access || !p.host_dir.empty()) continue;
-    SysvLeaks(&p, &view, sysv[sysv_of[i]], clock, &ipc_seen, &snap);
-    p.memcg_shmem_bytes = PodMemcgShmem(p, walk, &memcg_next);
-  }
-  memcg_ = std::move(memcg_next);
-  if (view.refs) {  // read afresh by this scan: the recent ones from now on
-    recent_refs_ = std::move(view.refs);
-    recent_refs_devices_ = view.devices;
-    recent_refs_scan_ = scans_;
-  } else if (!view.recent) {  // none needed: forget them (the next need reads afresh)
-    recent_refs_.reset();
-  }
-  mem_.End();
-  if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
-  if (opts_.observer) {
-    std::set<dev_t> devs;
-    for (const PodRecord& p : snap.pods) {
-      if (p.shm_dev) devs.insert(p.shm_dev);
-    }
-    opts_.observer->Retain(devs, mem_.seen_files);
-    std::erase_if(listings_, [&](const auto& kv) { return !devs.count(kv.first); });
-  }
-  std::erase_if(superblocks_, [&](const auto& kv) {
-    return std::none_of(snap.pods.begin(), snap.pods.end(), [&](const PodRecord& p) { return p.shm_dev == kv.first; });
-  });
+  PodTurn turn;
+  turn.snap = &snap;
+  turn.dirs = &dirs;
+  turn.fds = &fds;
+  turn.view = &view;
+  turn.clock = clock;
+  turn.walk = walk;
+  // The SysV segments of the pods' IPC namespaces, all listed by one thread.
+  ReadAccess(snap.pods, &turn.access);
+  turn.sysv = ListSysvShmEach(turn.access.sysv_pids, opts_.proc);
+  for (size_t i : OwnersFirst(snap.pods)) MeasurePod(i, &turn);
+  memcg_ = std::move(turn.memcg_next);
+  EndScan(snap, &view);
   snap.scans = ++scans_;
   if (walk) ++walks_;
   snap.walked = walk;

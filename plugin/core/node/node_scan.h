@@ -315,6 +315,39 @@ class Scanner {
   void SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bool walked);
   void FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                  const Clock& clock, HeldFiles* held, NodeSnapshot* snap);
+  // FileLeaks judges one pod's tmpfs file by file (JudgeFile), in named
+  // steps (node_scan_verdicts.cc):
+  //   1. observe: the observer's use of the file (one gone since the
+  //      listing is skipped);
+  //   2. HeldByProcess: a process holds it (the walk's table, or the
+  //      observer's verdict), with who last held it and any hidden reason;
+  //   3. KeptByKernel: a reference /proc does not show (a mount, a loop
+  //      device) or a reclaim's lease still refused;
+  //   4. JudgeUnheld: nobody holds it: its creator evidence (a record, a
+  //      name's pid: NameEvidence) and its verdict (FinishLeak).
+  // Steps 2 and 3 end in Keep, the one bookkeeping of a file kept held.
+  struct PodFiles {
+    PodRecord* p = nullptr;
+    int dir_fd = -1;
+    ProcView* view = nullptr;
+    const ProcInfo* access = nullptr;
+    bool walked = false;
+    const Clock* clock = nullptr;
+    HeldFiles* held = nullptr;
+    NodeSnapshot* snap = nullptr;
+    Observer* observer = nullptr;  // the observer, when it watches this tmpfs
+    // Observing, but this tmpfs is not marked (yet): its files are kept.
+    bool unobserved = false;
+    bool walked_dev = false;                    // the walk covered this filesystem
+    std::optional<std::set<ino_t>> reaching{};  // ReachingPidNamespaces, read on first need
+  };
+  void JudgeFile(PodFiles* pf, const ShmFile& f);
+  bool HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
+  std::string HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use) const;
+  bool KeptByKernel(PodFiles* pf, const ShmFile& f, History* h, const NodeRefs& refs);
+  void JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
+  void NameEvidence(PodFiles* pf, const NameHint& hint, LeakRecord* l);
+  void Keep(PodFiles* pf, const FileKey& key, History* h, const std::string& reason);
   // `sysv`: the pod's IPC namespace as ListSysvShmEach listed it.
   void SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock, std::set<ino_t>* ipc_seen,
                  NodeSnapshot* snap);
@@ -415,6 +448,31 @@ class Scanner {
   };
   std::map<pid_t, MemcgEntry> memcg_;
   int64_t PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next);
+  // Scan's steps after the listing: each pod's access process and which
+  // IPC namespaces to list (ReadAccess), each pod's turn (MeasurePod), and
+  // the memory kept for the next scan (EndScan).
+  struct PodAccess {
+    std::vector<std::optional<ProcInfo>> infos;  // per pod
+    std::vector<pid_t> sysv_pids;                // the access processes whose IPC namespace is listed
+    std::vector<size_t> sysv_of;                 // per pod: its index in sysv_pids, SIZE_MAX for none
+  };
+  struct PodTurn {
+    NodeSnapshot* snap = nullptr;
+    std::vector<ShmDir>* dirs = nullptr;
+    std::vector<UniqueFd>* fds = nullptr;
+    ProcView* view = nullptr;
+    Clock clock;
+    bool walk = false;
+    PodAccess access;
+    std::vector<SysvListing> sysv;
+    std::set<dev_t> counted, judged;
+    std::set<ino_t> ipc_seen;
+    HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
+    std::map<pid_t, MemcgEntry> memcg_next;
+  };
+  void ReadAccess(const std::vector<PodRecord>& pods, PodAccess* out);
+  void MeasurePod(size_t i, PodTurn* t);
+  void EndScan(const NodeSnapshot& snap, ProcView* view);
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).

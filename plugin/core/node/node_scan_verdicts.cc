@@ -41,6 +41,9 @@ void FinishLeak(LeakRecord l, PodRecord* p, SteadyClock::time_point now, SteadyC
   snap->leaks.push_back(std::move(l));
 }
 
+// The reason a file held by a reference /proc does not show is kept.
+const char* RefReason(const FileRef& r) { return r.kind == FileRef::kMount ? "mount" : "loop_device"; }
+
 }  // namespace
 
 NameHint CreatorHintFromName(const std::string& path) {
@@ -135,117 +138,137 @@ void Scanner::SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bo
 
 void Scanner::FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                         const Clock& clock, HeldFiles* held_files, NodeSnapshot* snap) {
-  const ProcTable& table = view->table;
-  Observer* observer = opts_.observer && dir_fd >= 0 && opts_.observer->Watching(p->shm_dev) ? opts_.observer : nullptr;
+  PodFiles pf{p, dir_fd, view, access, walked, &clock, held_files, snap};
+  pf.observer = opts_.observer && dir_fd >= 0 && opts_.observer->Watching(p->shm_dev) ? opts_.observer : nullptr;
   // Observing, but this tmpfs is not marked (yet): a sample of /proc cannot
   // tell use between scans, so its files are kept until a scan marks it.
-  bool unobserved = opts_.observer && dir_fd >= 0 && !observer;
-  bool walked_dev = walked || !observer;  // the walk covered this filesystem
-  if (observer) SeedHolders(p->shm_dev, d, table, walked);
-  std::set<ino_t> reaching;
-  bool reaching_read = false;
-  for (const ShmFile& f : d.files) {
-    History& h = mem_.Meet(f.key);
-    h.last_seen = clock.now;
-    auto held = table.holders.find(f.key);
-    bool walk_held = held != table.holders.end();
-    std::optional<Observer::Use> use;
-    if (observer) {
-      use = walked ? observer->Audit(dir_fd, f.path, f.key, walk_held) : observer->Check(dir_fd, f.path, f.key);
-      // Removed since the listing (a file created and removed at once, seen
-      // in passing): no leak, nothing to read for it (the listing is redone).
-      if (use->gone && !walk_held) continue;
-    }
-    if (walk_held || (use && use->held)) {
-      pid_t holder = walk_held ? held->second.front().pid : (use && !use->pids.empty() ? use->pids.back() : 0);
-      if (holder && h.last_holder_pid != holder) {  // read the command only on change
-        h.last_holder_pid = holder;
-        h.last_holder_command = ProcCommand(h.last_holder_pid, opts_.proc);
-      }
-      h.unheld = false;
-      held_files->held.insert(f.key);
-      if (use && !walked_dev) held_files->observed_pids[f.key] = use->pids;
-      if (walk_held) {
-        h.hidden_reason.clear();
-      } else if (use && use->holders_pending) {
-        h.hidden_reason.clear();  // its holders await the observer's next walk
-      } else if (use && use->probed_now) {
-        // The kernel says held and no walk saw a process: is any process
-        // seen using it a holder? If not, a reference /proc does not show
-        // holds it (decided once per probe, not per scan).
-        bool shown = std::any_of(use->pids.begin(), use->pids.end(),
-                                 [&](pid_t pid) { return ProcessHolds(pid, f.key, opts_.proc); });
-        h.hidden_reason.clear();
-        if (!shown) {
-          std::vector<FileRef> kernel = view->Refs().Of(f.key, f.path);
-          h.hidden_reason = kernel.empty() ? "lease" : kernel.front().kind == FileRef::kMount ? "mount" : "loop_device";
-        }
-      }
-      if (!h.hidden_reason.empty()) snap->kept_by_reason[h.hidden_reason]++;
-      continue;
-    }
-    // Unheld by every process: the references /proc does not show (read
-    // once per scan, on the first such file that creator evidence could
-    // make leaked; recent ones for a file that can only be unheld).
-    NameHint hint = CreatorHintFromName(f.path);
-    std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key, p->shm_fsid) : std::nullopt;
-    const NodeRefs& refs = rec || hint.pid ? view->Refs() : RecentRefs(view);
-    if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
-      snap->kept_by_reason[kernel.front().kind == FileRef::kMount ? "mount" : "loop_device"]++;
-      h.unheld = false;
-      held_files->held.insert(f.key);
-      continue;
-    }
-    if (mem_.lease_refused.count(f.key)) {
-      if (LeaseStillRefused(*p, f.path, f.key, opts_.proc)) {
-        snap->kept_by_reason["lease"]++;
-        h.unheld = false;
-        held_files->held.insert(f.key);
-        continue;
-      }
-      mem_.lease_refused.erase(f.key);
-    }
-    if (!h.unheld) {
-      h.unheld = true;
-      h.first_unheld = clock.now;
-    }
-    // Unheld since the last use the kernel reported (a close between two
-    // scans counts), never earlier than the first scan that found it unheld.
-    SteadyClock::time_point since = h.first_unheld;
-    if (use && use->last_activity && *use->last_activity > since) since = *use->last_activity;
-    LeakRecord l;
-    l.path = DisplayPath(*p, f.path);
-    l.rel = f.path;
-    l.bytes = f.bytes;
-    l.age_sec = std::max<int64_t>(0, clock.now_sec - f.mtime_sec);
-    l.name_pattern = hint.pattern;
-    l.creator_pid = hint.pid;
-    if (rec) {  // exact: the kernel named the creator when it made the file
-      l.creator_pid = rec->ns_pid;
-      l.creator_source = "record";
-      l.creator_command = rec->command;
-      l.creator_dead = !rec->Alive(opts_.proc);
-    } else if (hint.pid) {
-      // Dead only when that pid runs in none of the pid namespaces that reach the tmpfs.
-      l.creator_source = "name:" + hint.pattern;
-      const NodeRefs& refs = view->Refs();
-      if (!reaching_read) reaching = ReachingPidNamespaces(*p, view->Procs(), refs, access);
-      reaching_read = true;
-      bool alive_here = access && refs.Alive(access->pid_ns, hint.pid);
-      bool alive_elsewhere =
-          std::any_of(reaching.begin(), reaching.end(), [&](ino_t ns) { return refs.Alive(ns, hint.pid); });
-      l.creator_dead = !reaching.empty() && !alive_elsewhere;
-      if (reaching.empty()) {
-        snap->kept_by_reason["pid_namespaces_unknown"]++;
-      } else if (alive_elsewhere && !alive_here) {
-        snap->kept_by_reason["creator_in_other_pid_ns"]++;
-      }
-    }
-    l.last_holder_pid = h.last_holder_pid;
-    l.last_holder_command = h.last_holder_command;
-    l.key = f.key;
-    if (unobserved) snap->kept_by_reason["unobserved"]++;
-    FinishLeak(std::move(l), p, clock.now, since, unobserved ? std::nullopt : std::optional(opts_.grace), snap);
+  pf.unobserved = opts_.observer && dir_fd >= 0 && !pf.observer;
+  pf.walked_dev = walked || !pf.observer;
+  if (pf.observer) SeedHolders(p->shm_dev, d, view->table, walked);
+  for (const ShmFile& f : d.files) JudgeFile(&pf, f);
+}
+
+void Scanner::JudgeFile(PodFiles* pf, const ShmFile& f) {
+  History& h = mem_.Meet(f.key);
+  h.last_seen = pf->clock->now;
+  std::optional<Observer::Use> use;
+  if (pf->observer) {
+    bool walk_held = pf->view->table.holders.count(f.key) > 0;
+    use = pf->walked ? pf->observer->Audit(pf->dir_fd, f.path, f.key, walk_held)
+                     : pf->observer->Check(pf->dir_fd, f.path, f.key);
+    // Removed since the listing (a file created and removed at once, seen
+    // in passing): no leak, nothing to read for it (the listing is redone).
+    if (use->gone && !walk_held) return;
+  }
+  if (HeldByProcess(pf, f, &h, use)) return;
+  JudgeUnheld(pf, f, &h, use);
+}
+
+void Scanner::Keep(PodFiles* pf, const FileKey& key, History* h, const std::string& reason) {
+  h->unheld = false;
+  pf->held->held.insert(key);
+  if (!reason.empty()) pf->snap->kept_by_reason[reason]++;
+}
+
+bool Scanner::HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use) {
+  auto held = pf->view->table.holders.find(f.key);
+  bool walk_held = held != pf->view->table.holders.end();
+  if (!walk_held && !(use && use->held)) return false;
+  pid_t holder = walk_held ? held->second.front().pid : (!use->pids.empty() ? use->pids.back() : 0);
+  if (holder && h->last_holder_pid != holder) {  // read the command only on change
+    h->last_holder_pid = holder;
+    h->last_holder_command = ProcCommand(h->last_holder_pid, opts_.proc);
+  }
+  if (use && !pf->walked_dev) pf->held->observed_pids[f.key] = use->pids;
+  if (walk_held || use->holders_pending) {
+    h->hidden_reason.clear();  // held by what the walk saw, or awaiting the observer's next holder walk
+  } else if (use->probed_now) {
+    h->hidden_reason = HiddenReason(pf, f, *use);
+  }
+  Keep(pf, f.key, h, h->hidden_reason);
+  return true;
+}
+
+// The kernel says held and no walk saw a process: is any process seen using
+// it a holder? If not, a reference /proc does not show holds it (decided
+// once per probe, not per scan).
+std::string Scanner::HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use) const {
+  bool shown =
+      std::any_of(use.pids.begin(), use.pids.end(), [&](pid_t pid) { return ProcessHolds(pid, f.key, opts_.proc); });
+  if (shown) return "";
+  std::vector<FileRef> kernel = pf->view->Refs().Of(f.key, f.path);
+  return kernel.empty() ? "lease" : RefReason(kernel.front());
+}
+
+bool Scanner::KeptByKernel(PodFiles* pf, const ShmFile& f, History* h, const NodeRefs& refs) {
+  if (std::vector<FileRef> kernel = refs.Of(f.key, f.path); !kernel.empty()) {  // a mount, a loop device
+    Keep(pf, f.key, h, RefReason(kernel.front()));
+    return true;
+  }
+  if (!mem_.lease_refused.count(f.key)) return false;
+  if (LeaseStillRefused(*pf->p, f.path, f.key, opts_.proc)) {
+    Keep(pf, f.key, h, "lease");
+    return true;
+  }
+  mem_.lease_refused.erase(f.key);
+  return false;
+}
+
+void Scanner::JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use) {
+  // Unheld by every process: the references /proc does not show (read
+  // once per scan, on the first such file that creator evidence could
+  // make leaked; recent ones for a file that can only be unheld).
+  NameHint hint = CreatorHintFromName(f.path);
+  std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key, pf->p->shm_fsid) : std::nullopt;
+  const NodeRefs& refs = rec || hint.pid ? pf->view->Refs() : RecentRefs(pf->view);
+  if (KeptByKernel(pf, f, h, refs)) return;
+  const Clock& clock = *pf->clock;
+  if (!h->unheld) {
+    h->unheld = true;
+    h->first_unheld = clock.now;
+  }
+  // Unheld since the last use the kernel reported (a close between two
+  // scans counts), never earlier than the first scan that found it unheld.
+  SteadyClock::time_point since = h->first_unheld;
+  if (use && use->last_activity && *use->last_activity > since) since = *use->last_activity;
+  LeakRecord l;
+  l.path = DisplayPath(*pf->p, f.path);
+  l.rel = f.path;
+  l.bytes = f.bytes;
+  l.age_sec = std::max<int64_t>(0, clock.now_sec - f.mtime_sec);
+  l.name_pattern = hint.pattern;
+  l.creator_pid = hint.pid;
+  if (rec) {  // exact: the kernel named the creator when it made the file
+    l.creator_pid = rec->ns_pid;
+    l.creator_source = "record";
+    l.creator_command = rec->command;
+    l.creator_dead = !rec->Alive(opts_.proc);
+  } else if (hint.pid) {
+    NameEvidence(pf, hint, &l);
+  }
+  l.last_holder_pid = h->last_holder_pid;
+  l.last_holder_command = h->last_holder_command;
+  l.key = f.key;
+  if (pf->unobserved) pf->snap->kept_by_reason["unobserved"]++;
+  FinishLeak(std::move(l), pf->p, clock.now, since, pf->unobserved ? std::nullopt : std::optional(opts_.grace),
+             pf->snap);
+}
+
+// A name's pid is dead only when it runs in none of the pid namespaces that
+// reach the tmpfs.
+void Scanner::NameEvidence(PodFiles* pf, const NameHint& hint, LeakRecord* l) {
+  l->creator_source = "name:" + hint.pattern;
+  const NodeRefs& refs = pf->view->Refs();
+  if (!pf->reaching) pf->reaching = ReachingPidNamespaces(*pf->p, pf->view->Procs(), refs, pf->access);
+  const std::set<ino_t>& reaching = *pf->reaching;
+  bool alive_here = pf->access && refs.Alive(pf->access->pid_ns, hint.pid);
+  bool alive_elsewhere =
+      std::any_of(reaching.begin(), reaching.end(), [&](ino_t ns) { return refs.Alive(ns, hint.pid); });
+  l->creator_dead = !reaching.empty() && !alive_elsewhere;
+  if (reaching.empty()) {
+    pf->snap->kept_by_reason["pid_namespaces_unknown"]++;
+  } else if (alive_elsewhere && !alive_here) {
+    pf->snap->kept_by_reason["creator_in_other_pid_ns"]++;
   }
 }
 
