@@ -29,6 +29,7 @@
 #include "node/observer.h"
 #include "node/reporter.h"
 #include "scan/shm_dir.h"
+#include "support/private_tmpfs.h"
 #include "support/temp_dir.h"
 
 namespace shmkeeper {
@@ -53,14 +54,6 @@ void InChild(const std::function<void()>& fn) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
-
-// A pid that ran and is gone (reaped).
-pid_t DeadPid() {
-  pid_t pid = ::fork();
-  if (pid == 0) ::_exit(0);
-  ::waitpid(pid, nullptr, 0);
-  return pid;
 }
 
 TEST(MeasureShmDirBound, StopsAfterTheLimitAndKeepsNothingItMet) {
@@ -98,11 +91,8 @@ TEST(MeasureShmDirBound, StopsAfterTheLimitAndKeepsNothingItMet) {
 class PodBoundTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(tmp_.ok());
-    ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << "needs root: " << ::strerror(errno);
-    ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);
-    dir_ = tmp_.path();
-    ASSERT_EQ(::mount("shmk-bound-test", dir_.c_str(), "tmpfs", 0, "size=16m,nr_inodes=1000"), 0) << ::strerror(errno);
+    ASSERT_NO_FATAL_FAILURE(shm_.Mount());
+    dir_ = shm_.dir();
     observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_);
     Status s = observer_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -118,7 +108,6 @@ class PodBoundTest : public ::testing::Test {
   void TearDown() override {
     scanner_.reset();
     observer_.reset();
-    ::umount2(dir_.c_str(), MNT_DETACH);
   }
   static const PodRecord* Pod(const NodeSnapshot& snap, const std::string& dir) {
     for (const PodRecord& p : snap.pods) {
@@ -143,7 +132,7 @@ class PodBoundTest : public ::testing::Test {
     });
   }
 
-  test::TempDir tmp_{"/tmp/shmk-bound-"};
+  test::PrivateTmpfs shm_{"/tmp/shmk-bound-", "size=16m,nr_inodes=1000"};
   std::string dir_;
   Reporter reporter_;
   std::unique_ptr<Observer> observer_;
@@ -151,7 +140,7 @@ class PodBoundTest : public ::testing::Test {
 };
 
 TEST_F(PodBoundTest, OverTheLimitIsReportedKeptAndNeverRelistedByALightScan) {
-  std::string leak = "torch_" + std::to_string(DeadPid()) + "_0";
+  std::string leak = "torch_" + std::to_string(test::Children::DeadPid()) + "_0";
   Create({leak, "a", "b", "c"});
   // Under the limit: judged as ever (the positive control).
   NodeSnapshot snap = scanner_->Scan(ScanDepth::kWalk);

@@ -36,6 +36,7 @@
 #include "base/event_send.h"
 #include "node/engine.h"
 #include "node/reclaim.h"
+#include "support/private_tmpfs.h"
 #include "support/temp_dir.h"
 
 namespace shmkeeper {
@@ -44,22 +45,13 @@ namespace {
 class SuperblockTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(tmp_.ok());
-    ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << "needs root: " << ::strerror(errno);
-    ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);
-    dir_ = tmp_.path() + "/shm";
-    ASSERT_EQ(::mkdir(dir_.c_str(), 0755), 0);
-    ASSERT_EQ(::mount("shmk-sb-test", dir_.c_str(), "tmpfs", 0, "size=64m"), 0) << ::strerror(errno);
-    dev_ = DevOf(dir_);
+    ASSERT_NO_FATAL_FAILURE(shm_.Mount());
+    dir_ = shm_.dir();
+    dev_ = shm_.dev();
   }
   void TearDown() override {
     if (agent_) agent_->Stop();
     agent_.reset();
-    for (pid_t p : children_) {
-      ::kill(p, SIGKILL);
-      ::waitpid(p, nullptr, 0);
-    }
-    ::umount2(dir_.c_str(), MNT_DETACH);
   }
 
   static dev_t DevOf(const std::string& path) {
@@ -103,28 +95,12 @@ class SuperblockTest : public ::testing::Test {
     ::close(fd);
   }
   // A child holding `name` open until killed.
-  void Hold(const std::string& name) {
-    int p[2];
-    ASSERT_EQ(::pipe(p), 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open((dir_ + "/" + name).c_str(), O_RDONLY);
-      (void)!::write(p[1], fd >= 0 ? "r" : "e", 1);
-      for (;;) ::pause();
-    }
-    ::close(p[1]);
-    char c = 0;
-    ASSERT_EQ(::read(p[0], &c, 1), 1);
-    ::close(p[0]);
-    children_.push_back(pid);
-    ASSERT_EQ(c, 'r');
-  }
-  static pid_t DeadPid() {
-    pid_t pid = ::fork();
-    if (pid == 0) ::_exit(0);
-    ::waitpid(pid, nullptr, 0);
+  pid_t Hold(const std::string& name) {
+    pid_t pid = children_.Hold(dir_ + "/" + name);
+    EXPECT_GT(pid, 0) << name;
     return pid;
   }
+  static pid_t DeadPid() { return test::Children::DeadPid(); }
 
   void StartAgent(ObserverOptions opts = {}) {
     config_.agent.event_socket = tmp_.path() + "/events.sock";
@@ -185,12 +161,13 @@ class SuperblockTest : public ::testing::Test {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   }
 
-  test::TempDir tmp_{"/tmp/shmk-superblock-"};
+  test::PrivateTmpfs shm_{"/tmp/shmk-superblock-", "size=64m", "shm"};
+  const test::TempDir& tmp_ = shm_.tmp();
+  test::Children children_;
   std::string dir_;
   dev_t dev_ = 0;
   Config config_;
   std::unique_ptr<Agent> agent_;
-  std::vector<pid_t> children_;
 };
 
 TEST_F(SuperblockTest, AHeldFileOnANewTmpfsWithAReusedNumberIsHeld) {
@@ -205,16 +182,12 @@ TEST_F(SuperblockTest, AHeldFileOnANewTmpfsWithAReusedNumberIsHeld) {
   NewTmpfsOnTheSameNumber();
   Make(name);
   ASSERT_EQ(InoOf(dir_ + "/" + name), ino) << "tmpfs numbers each superblock's inodes alike";
-  Hold(name);
+  pid_t holder = Hold(name);
   agent_->ScanNow();
   EXPECT_FALSE(LeakOf(name)) << "a file held on the new tmpfs inherited the old file's verdict";
   EXPECT_EQ(agent_->observer_counters().superblock_changes, 1);
   // The new tmpfs is observed: the holder's close is seen.
-  for (pid_t p : children_) {
-    ::kill(p, SIGKILL);
-    ::waitpid(p, nullptr, 0);
-  }
-  children_.clear();
+  children_.Kill(holder);
   agent_->ScanNow();
   std::optional<LeakRecord> now = LeakOf(name);
   ASSERT_TRUE(now);

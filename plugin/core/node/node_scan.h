@@ -20,6 +20,7 @@
 
 #include "node/creator_book.h"
 #include "node/discovery.h"
+#include "node/node_records.h"
 #include "node/observer.h"
 #include "node/reporter.h"
 #include "scan/node_refs.h"
@@ -28,148 +29,6 @@
 #include "scan/sysv.h"
 
 namespace shmkeeper {
-
-enum class PodKind { kKubernetes = 1, kCompose = 2, kContainer = 3, kHost = 4, kPodman = 5 };
-// The verdict on one segment, the same word in every view (pods, leaks,
-// watch, metrics, the API):
-//  held    some process has it open or mapped;
-//  unheld  nobody holds it, and nothing shows it was meant to be transient and
-//          abandoned (creator unknown or alive, or leaks.grace not over): a
-//          closed scratch file is unheld; never reclaimed;
-//  leaked  nobody holds it, for leaks.grace or longer, and there is positive
-//          evidence: a verified creator record, or a runtime's naming pattern
-//          with a pid (torch_<pid>_…, sgl_shm_<kind>_<pid>_…) absent from every
-//          pid namespace whose processes have that tmpfs at /dev/shm, and that
-//          creator is dead. Only leaked segments are reclaimed.
-// A file that is the source of a mount, or backs a loop device, is held.
-enum class LeakState { kUnheld = 1, kLeaked = 2, kHeld = 3 };
-
-struct PodKey {
-  PodKind kind = PodKind::kContainer;
-  std::string ns, name, uid;
-};
-
-struct HolderInfo {
-  pid_t pid = 0;
-  std::string command;
-  bool mapped = false;
-  // Set when the holder is no fd or mapping but a kernel reference (scan/node_refs.h):
-  // "mount /data/x (mount namespace of pid 123)", "loop device /dev/loop3".
-  std::string reference;
-};
-
-struct SegmentRecord {
-  std::string path;  // as the pod sees it: /dev/shm/<name>
-  int64_t bytes = 0;
-  bool unlinked = false;
-  LeakState state = LeakState::kHeld;
-  std::vector<HolderInfo> holders;
-};
-
-struct PodRecord {
-  PodKey key;
-  std::vector<ContainerRecord> containers;
-  std::string compose_project, compose_service;
-  std::map<std::string, std::string> labels, annotations;
-  int64_t started_sec = 0;
-  // shm usage
-  int64_t size_bytes = 0, used_bytes = 0, unlinked_bytes = 0;
-  int64_t peak_used_bytes = 0;  // the most used_bytes the agent has seen (set by the Agent)
-  int32_t files = 0;
-  int64_t sysv_bytes = 0;
-  int32_t sysv_segments = 0;
-  int64_t memcg_shmem_bytes = 0;
-  int64_t requested_bytes = 0;
-  std::string requested_source;
-  int64_t memory_limit_bytes = 0;  // the memory limit "auto" sized it from (0 = none)
-  std::string memory_limit_source;
-  std::string sized_by;  // runtime, hook or reconcile; "" when shmkeeper did not size it
-  std::vector<SegmentRecord> top_segments;
-  int64_t leaked_bytes = 0;  // segments whose verdict is leaked
-  int64_t unheld_bytes = 0;  // segments nobody holds (unheld and leaked)
-  // The tmpfs is another pod's (a shared IPC namespace): its segments are
-  // counted and listed under that pod only.
-  bool shm_counted_elsewhere = false;
-  // how to reach it
-  pid_t access_pid = 0;             // a live process of the pod (0 for host directories)
-  uint64_t access_start_ticks = 0;  // its start time as discovery checked it this scan (0 = unknown)
-  std::string host_dir;             // kHost: the watched directory
-  std::string shm_host_source;      // the host tmpfs bound at the pod's /dev/shm, when the spec says so
-  dev_t shm_dev = 0;
-  // The identity of the superblock at shm_dev (scan/fs_identity.h; 0 =
-  // unknown): a device number is reused by later tmpfs, this never is.
-  uint64_t shm_fsid = 0;
-  bool shares_host_shm = false;
-  // annotation shmkeeper.io/reclaim: report or off: the pod opts out of the
-  // node's leaks.reclaim: auto (no annotation opts in beyond the node).
-  bool reclaim_opt_out = false;
-  // The tmpfs holds more than ScanOptions::max_files_per_pod entries
-  // (agent.maxFilesPerPod, `files_limit`): its listing stopped there, none of
-  // its files is judged (all kept, kept_by_reason "files_over_limit"), `files`
-  // is the tmpfs's inodes in use (statfs, directories included; the limit + 1
-  // when the tmpfs has no inode limit), and top_segments and unlinked_bytes
-  // are empty.
-  bool files_over_limit = false;
-  int32_t files_limit = 0;
-};
-
-struct LeakRecord {
-  PodKey pod;
-  std::string path;  // /dev/shm/<rel>, or the host directory path; empty for SysV
-  std::string rel;   // relative to the pod's shm root
-  int32_t sysv_id = -1;
-  int64_t bytes = 0;
-  int64_t age_sec = 0;
-  double unheld_for_sec = 0;
-  LeakState state = LeakState::kUnheld;
-  pid_t creator_pid = 0;  // in the pod's pid namespace
-  std::string creator_source, name_pattern;
-  std::string creator_command;  // from a creator record
-  bool creator_dead = false;
-  pid_t last_holder_pid = 0;
-  std::string last_holder_command;
-  bool reclaimable = false;
-  // removal handles
-  FileKey key;
-  uint64_t fsid = 0;  // the superblock `key` is on (PodRecord::shm_fsid): removal requires it still
-  pid_t access_pid = 0;
-  std::string host_dir;
-  // The host tmpfs behind the pod's /dev/shm: removal goes through it when the
-  // access process sees /dev/shm read-only (a CRI sandbox's pause container).
-  std::string shm_host_source;
-  pid_t sysv_cpid = 0;
-  // What the scan saw of the SysV segment: removal requires all of it unchanged.
-  pid_t sysv_lpid = 0;
-  int64_t sysv_atime = 0, sysv_dtime = 0;
-  bool reclaim_opt_out = false;  // its pod's
-};
-
-struct NodeSnapshot {
-  std::string hostname;
-  int64_t host_shm_size_bytes = 0, host_shm_used_bytes = 0;
-  int64_t pods_shm_used_bytes = 0, leaked_bytes = 0, unheld_bytes = 0;
-  int64_t restored_from_quarantine = 0;  // files renamed back after an interrupted reclaim
-  // Segments that no process holds but that are not leaked, by reason:
-  // mount, loop_device (held by a kernel reference), creator_in_other_pid_ns
-  // (the name's pid runs in another pid namespace that reaches the tmpfs),
-  // pid_namespaces_unknown (not every such namespace could be read), lease
-  // (a reclaim's lease was refused and is still: a kernel reference),
-  // unobserved (the observer could not mark the tmpfs yet: retried every
-  // scan, its files kept meanwhile).
-  // files_over_limit (the files of a tmpfs with more than max_files_per_pod
-  // entries: never listed whole, never judged).
-  std::map<std::string, int64_t> kept_by_reason;
-  std::vector<PodRecord> pods;
-  std::vector<LeakRecord> leaks;
-  std::chrono::system_clock::time_point time;
-  std::chrono::nanoseconds duration{0};
-  int64_t scans = 0;
-  bool walked = false;  // this scan walked /proc for holders (else the observer answered)
-  int64_t walks = 0;    // scans that walked /proc, so far
-  // Directory entries the scan stat'ed listing the pods' tmpfs (a listing
-  // the cache reused costs none): at most agent.maxFilesPerPod per tmpfs.
-  int64_t listed_entries = 0;
-};
 
 // How a scan learns who holds what.
 enum class ScanDepth {
@@ -231,9 +90,29 @@ class Scanner {
   // scan succeeds, the file is held (kept_by_reason "lease"), so that
   // auto-reclaim does not try it again at every scan.
   void NoteLeaseRefused(const FileKey& key) { mem_.lease_refused.insert(key); }
+  // The next scan reads afresh the evidence of every file it judges (one
+  // read of the node's references): before a reclaim request, and when
+  // auto-reclaim met a leak whose evidence was remembered.
+  void RefreshEvidence() { refresh_evidence_ = true; }
 
  private:
+  // What a scan read of a candidate (a file with creator evidence: a
+  // record, or a pid in its name) that no process holds: the references
+  // /proc does not show and, for a name's pid, whether it runs in a pid
+  // namespace reaching the tmpfs. Read when the file becomes a candidate
+  // (unheld after held, or new) and again when its verdict would become
+  // leaked, at a walk, or when RefreshEvidence asks; a result that keeps
+  // the file (a reference, a creator alive or namespaces unknown) is read
+  // again after kRefsEvery scans. A process holding the file forgets it.
+  struct Evidence {
+    int64_t read_at_scan = -1;  // -1: never read
+    std::string kept_by;        // "mount", "loop_device": a reference keeps it
+    bool creator_dead = false;  // a name's pid: dead in every reaching pid namespace
+    std::string name_reason;    // pid_namespaces_unknown, creator_in_other_pid_ns, or ""
+  };
   struct History {
+    Evidence evidence;
+    LeakState verdict = LeakState::kHeld;  // its verdict at the last scan (held: kept)
     pid_t last_holder_pid = 0;
     std::string last_holder_command;
     std::chrono::steady_clock::time_point first_unheld{};
@@ -263,7 +142,8 @@ class Scanner {
     std::set<dev_t> devices;
     std::string proc, sys, dev;
     std::optional<NodeRefs> refs;
-    const NodeRefs* recent = nullptr;  // the Scanner's recent_refs_, when this scan used them
+    const NodeRefs* recent = nullptr;       // the Scanner's recent_refs_, when this scan used them
+    int64_t procs_read = 0, refs_read = 0;  // the /proc reads this view made (NodeSnapshot::proc_walks)
     const ProcTable& Procs();
     const NodeRefs& Refs();
     const NodeRefs* RefsIfRead() const { return refs ? &*refs : recent; }
@@ -285,7 +165,7 @@ class Scanner {
   // What FileLeaks learnt of held files, for the pod's top segments.
   struct HeldFiles {
     std::set<FileKey> held;
-    std::map<FileKey, std::vector<pid_t>> observed_pids;
+    std::map<FileKey, node_scan_detail::ObservedUse> observed;
   };
   // Opens and marks every pod's tmpfs and lists it (dirs[i], fds[i] for
   // pods[i]), walking /proc meanwhile (on this thread; the listing on
@@ -315,6 +195,45 @@ class Scanner {
   void SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bool walked);
   void FileLeaks(PodRecord* p, const ShmDir& d, int dir_fd, ProcView* view, const ProcInfo* access, bool walked,
                  const Clock& clock, HeldFiles* held, NodeSnapshot* snap);
+  // FileLeaks judges one pod's tmpfs file by file (JudgeFile), in named
+  // steps (node_scan_verdicts.cc):
+  //   1. observe: the observer's use of the file (one gone since the
+  //      listing is skipped);
+  //   2. HeldByProcess: a process holds it (the walk's table, or the
+  //      observer's verdict), with who last held it and any hidden reason;
+  //   3. a reference /proc does not show (a mount, a loop device: the
+  //      candidate's Evidence, else KeptByKernel) or a reclaim's lease still
+  //      refused (KeptByLease);
+  //   4. JudgeUnheld: nobody holds it: its creator evidence (a record, a
+  //      name's pid: NameEvidence) and its verdict (FinishLeak).
+  // Steps 2 and 3 end in Keep, the one bookkeeping of a file kept held.
+  struct PodFiles {
+    PodRecord* p = nullptr;
+    int dir_fd = -1;
+    ProcView* view = nullptr;
+    const ProcInfo* access = nullptr;
+    bool walked = false;
+    const Clock* clock = nullptr;
+    HeldFiles* held = nullptr;
+    NodeSnapshot* snap = nullptr;
+    Observer* observer = nullptr;  // the observer, when it watches this tmpfs
+    // Observing, but this tmpfs is not marked (yet): its files are kept.
+    bool unobserved = false;
+    bool walked_dev = false;                    // the walk covered this filesystem
+    std::optional<std::set<ino_t>> reaching{};  // ReachingPidNamespaces, read on first need
+  };
+  void JudgeFile(PodFiles* pf, const ShmFile& f);
+  bool HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
+  std::string HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use);
+  bool KeptByKernel(PodFiles* pf, const ShmFile& f, History* h, const NodeRefs& refs);
+  void JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
+  void NameEvidence(PodFiles* pf, const NameHint& hint, Evidence* ev);
+  void ReadEvidence(PodFiles* pf, const ShmFile& f, History* h, const NameHint& hint, bool has_record);
+  bool EvidenceReusable(const History& h, bool has_record) const;
+  bool MayBecomeLeaked(const PodFiles& pf, const History& h, const std::optional<Observer::Use>& use,
+                       bool creator_dead) const;
+  bool KeptByLease(PodFiles* pf, const ShmFile& f, History* h);
+  void Keep(PodFiles* pf, const FileKey& key, History* h, const std::string& reason);
   // `sysv`: the pod's IPC namespace as ListSysvShmEach listed it.
   void SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock, std::set<ino_t>* ipc_seen,
                  NodeSnapshot* snap);
@@ -415,12 +334,44 @@ class Scanner {
   };
   std::map<pid_t, MemcgEntry> memcg_;
   int64_t PodMemcgShmem(const PodRecord& p, bool walk, std::map<pid_t, MemcgEntry>* next);
+  // Scan's steps after the listing: each pod's access process and which
+  // IPC namespaces to list (ReadAccess), each pod's turn (MeasurePod), and
+  // the memory kept for the next scan (EndScan).
+  struct PodAccess {
+    std::vector<std::optional<ProcInfo>> infos;  // per pod
+    std::vector<pid_t> sysv_pids;                // the access processes whose IPC namespace is listed
+    std::vector<size_t> sysv_of;                 // per pod: its index in sysv_pids, SIZE_MAX for none
+  };
+  struct PodTurn {
+    NodeSnapshot* snap = nullptr;
+    std::vector<ShmDir>* dirs = nullptr;
+    std::vector<UniqueFd>* fds = nullptr;
+    ProcView* view = nullptr;
+    Clock clock;
+    bool walk = false;
+    PodAccess access;
+    std::vector<SysvListing> sysv;
+    std::set<dev_t> counted, judged;
+    std::set<ino_t> ipc_seen;
+    HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
+    std::map<pid_t, MemcgEntry> memcg_next;
+    node_scan_detail::HolderCache next_shown;
+    int64_t fd_tables = 0;  // holders' fd tables read for the top segments
+  };
+  void ReadAccess(const std::vector<PodRecord>& pods, PodAccess* out);
+  void MeasurePod(size_t i, PodTurn* t);
+  void EndScan(const NodeSnapshot& snap, ProcView* view);
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).
   std::set<dev_t> marked_now_;
   int64_t scans_ = 0;
   int64_t walks_ = 0;
+  std::map<std::string, int64_t> proc_walks_;  // NodeSnapshot::proc_walks
+  bool refresh_evidence_ = false;              // RefreshEvidence: for the next scan
+  bool refresh_now_ = false;                   // this scan reads every candidate's evidence
+  // The holders each top segment showed (TopSegments), for the next scan.
+  node_scan_detail::HolderCache shown_holders_;
 };
 
 const char* PodKindName(PodKind kind);

@@ -79,6 +79,28 @@
 //
 // Thread-safety: every public method may be called from any thread; the
 // callbacks run on the observer's thread and must not call back into it.
+//
+// Lock order (SHMK_ACQUIRED_BEFORE below; each object's locks are private):
+//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_  ->  Reporter's mutex
+// and Fanotify's mutex is a leaf: the observer calls Fanotify::Mark,
+// Creates and Forget with at most drain_mu_ or arm_mu_ held, never mu_, and
+// Fanotify::Read decodes under its own lock and calls its callback after
+// releasing it (the callback, Drain's batch, then takes mu_). The
+// ProberRegistry is asked (RefreshProbers) with drain_mu_ held and mu_ not.
+// Callbacks and who holds what when they run:
+//  - on_change / on_overflow (the agent's Poke): after Drain released every
+//    lock; none held;
+//  - the probers log (SetProbers): from RefreshProbers, with drain_mu_ held
+//    (not mu_);
+//  - the Reporter's log: Reporter::Report calls it after releasing the
+//    Reporter's mutex, but a mark or re-arm failure is reported from Watch
+//    or Rearm with mu_ (and, for Rearm, arm_mu_) held: such a log must not
+//    call into the observer;
+//  - a Reopen (Watch): from Disarm (in Drain), with drain_mu_ held, before
+//    arm_mu_ and mu_ are taken.
+// The Scanner calls the observer from its one thread and holds none of
+// these while doing so; the agent's scan lock (engine.h) is taken before
+// any of them.
 #pragma once
 
 #include <sys/types.h>

@@ -1,0 +1,71 @@
+// What a pod's row shows of its files: the largest ones, their holders and
+// verdicts (node_scan_internal.h).
+#include <algorithm>
+#include <cstddef>
+
+#include "node/node_scan_internal.h"
+
+namespace shmkeeper::node_scan_detail {
+namespace {
+
+// The verdict of each file of a pod for its top segments.
+LeakState SegmentState(const std::map<FileKey, LeakState>& verdicts, const FileKey& key, bool held) {
+  if (held) return LeakState::kHeld;
+  auto it = verdicts.find(key);
+  return it == verdicts.end() ? LeakState::kUnheld : it->second;
+}
+
+}  // namespace
+
+std::string DisplayPath(const PodRecord& p, const std::string& rel) {
+  return (p.host_dir.empty() ? std::string("/dev/shm") : p.host_dir) + "/" + rel;
+}
+
+namespace {
+
+// The holders of a file the observer reported as used by `use.pids`: those
+// shown last time for the same report, else each pid confirmed now.
+std::vector<HolderInfo> ObservedHolders(const FileKey& key, const ObservedUse& use, const TopFiles& top,
+                                        const std::string& proc) {
+  if (auto last = top.shown->find(key); last != top.shown->end() && last->second.use == use) {
+    (*top.next_shown)[key] = last->second;
+    return last->second.holders;
+  }
+  std::vector<HolderInfo> holders;
+  for (pid_t pid : use.pids) {
+    ++*top.fd_tables;
+    if (ProcessHolds(pid, key, proc)) holders.push_back({pid, ProcCommand(pid, proc), false, ""});
+  }
+  (*top.next_shown)[key] = {use, holders};
+  return holders;
+}
+
+}  // namespace
+
+std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
+                                       const NodeRefs* refs, size_t n, const TopFiles& top, const std::string& proc) {
+  std::vector<size_t> idx(files.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  n = std::min(n, idx.size());
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(n), idx.end(),
+                    [&](size_t a, size_t b) { return files[a].bytes > files[b].bytes; });
+  std::vector<SegmentRecord> out;
+  for (size_t k = 0; k < n; ++k) {
+    const ShmFile& f = files[idx[k]];
+    SegmentRecord seg{DisplayPath(p, f.path), f.bytes, false, LeakState::kHeld, {}};
+    auto held = table.holders.find(f.key);
+    if (held != table.holders.end()) {
+      for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped, ""});
+    } else if (auto seen = top.observed->find(f.key); seen != top.observed->end()) {
+      seg.holders = ObservedHolders(f.key, seen->second, top, proc);
+    }
+    if (refs) {  // read by this scan (always when some file was unheld)
+      for (const FileRef& r : refs->Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
+    }
+    seg.state = SegmentState(*top.verdicts, f.key, !seg.holders.empty() || top.held->count(f.key) > 0);
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
+}  // namespace shmkeeper::node_scan_detail
