@@ -59,7 +59,8 @@ Status Agent::Start() {
     if (!events.ok()) receiver_.reset();
   }
   if (config.agent.observe) {
-    observer_ = std::make_unique<Observer>([this] { Poke(); }, [this] { Poke(); }, reporter_.get(), observer_opts_);
+    observer_ =
+        std::make_unique<Observer>([this] { loop_->PokeUsage(); }, [this] { Poke(); }, reporter_.get(), observer_opts_);
     observer_->SetProbers(probers_, [this](const std::string& line) { log_(LogLevel::kInfo, line); });
     if (Status observing = observer_->Start(); !observing.ok()) {
       log_(LogLevel::kWarn, "fanotify is unavailable (" + observing.message() +

@@ -22,6 +22,14 @@ void ScanLoop::Poke() {
   cv_.SignalAll();
 }
 
+void ScanLoop::PokeUsage() {
+  {
+    MutexLock l(&mu_);
+    usage_poked_ = true;
+  }
+  cv_.SignalAll();
+}
+
 void ScanLoop::SetInterval(std::chrono::milliseconds interval) {
   {
     MutexLock l(&mu_);
@@ -50,16 +58,21 @@ void ScanLoop::Run() {
     auto wait = std::chrono::duration_cast<Steady::duration>(interval_);
     if (observer_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - Steady::now()));
     // Until poked, stopped or the wait is over (a wakeup for anything else waits on).
-    for (auto until = Steady::now() + wait; !stop_ && !poked_;) {
+    for (auto until = Steady::now() + wait; !stop_ && !poked_ && !usage_poked_;) {
       if (!cv_.WaitUntil(&mu_, until)) break;
     }
     if (stop_) break;
-    if (poked_) {
-      while (!stop_ && cv_.WaitUntil(&mu_, last + kMinGap)) {
-      }
+    // The earliest the asked-for scan may run: kMinGap after the last for a
+    // Poke, kUsageGap (at most the interval) for a usage change alone; a
+    // Poke during the longer wait shortens it.
+    while (!stop_ && (poked_ || usage_poked_)) {
+      auto gap = poked_ ? Steady::duration(kMinGap)
+                        : std::min<Steady::duration>(kUsageGap, std::chrono::duration_cast<Steady::duration>(interval_));
+      if (!cv_.WaitUntil(&mu_, last + gap)) break;
     }
     if (stop_) break;
     poked_ = false;
+    usage_poked_ = false;
     // With the observer, /proc is walked only after lost events and for the
     // slow audit; every other scan asks the observer.
     ScanDepth depth = ScanDepth::kWalk;

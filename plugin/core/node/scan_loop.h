@@ -1,6 +1,8 @@
 // The agent's scan loop: one thread that asks for a scan every
 // agent.scanInterval and soon after a Poke (at most one a second beyond the
-// periodic ones). With the observer it also picks how deep: a walk of /proc
+// periodic ones), or after a PokeUsage (at most one per kUsageGap, or per
+// interval when that is shorter: a workload that creates and removes files
+// all the time buys a refresh of its figures every 5 s, not every second). With the observer it also picks how deep: a walk of /proc
 // after the observer lost events (at most one per kOverflowWalkGap, so that a
 // flood of opens cannot buy a walk a second) and for the audit every
 // agent.auditInterval; an observer scan otherwise. Without it every scan walks.
@@ -29,6 +31,7 @@ class ScanLoop {
   // `reason` names the scan for the walk counters: scan, overflow, audit.
   using ScanFn = std::function<void(ScanDepth depth, const char* reason)>;
   static constexpr auto kMinGap = std::chrono::seconds(1);
+  static constexpr auto kUsageGap = std::chrono::seconds(5);
   static constexpr auto kOverflowWalkGap = std::chrono::seconds(10);
 
   ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan);
@@ -38,8 +41,12 @@ class ScanLoop {
 
   // Starts the thread; its first scan comes after the first interval or poke.
   void Start(Observer* observer);
-  // Asks for a scan soon.
+  // Asks for a scan soon: something was created or went (a container, a
+  // pod's tmpfs), or events were lost.
   void Poke() SHMK_EXCLUDES(mu_);
+  // Asks for a refresh of the figures: files were written, created or
+  // removed on a watched tmpfs (kUsageGap after the last scan).
+  void PokeUsage() SHMK_EXCLUDES(mu_);
   // The periodic interval from the next wait on (a reload of agent.scanInterval).
   void SetInterval(std::chrono::milliseconds interval) SHMK_EXCLUDES(mu_);
   // Ends the thread (idempotent).
@@ -54,7 +61,8 @@ class ScanLoop {
   Mutex mu_;
   CondVar cv_;
   std::chrono::milliseconds interval_ SHMK_GUARDED_BY(mu_);
-  bool poked_ SHMK_GUARDED_BY(mu_) = false;
+  bool poked_ SHMK_GUARDED_BY(mu_) = false;        // by Poke: kMinGap
+  bool usage_poked_ SHMK_GUARDED_BY(mu_) = false;  // by PokeUsage only: kUsageGap
   bool stop_ SHMK_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
