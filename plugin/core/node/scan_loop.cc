@@ -66,8 +66,9 @@ void ScanLoop::Run() {
     // Poke, kUsageGap (at most the interval) for a usage change alone; a
     // Poke during the longer wait shortens it.
     while (!stop_ && (poked_ || usage_poked_)) {
-      auto gap = poked_ ? Steady::duration(kMinGap)
-                        : std::min<Steady::duration>(kUsageGap, std::chrono::duration_cast<Steady::duration>(interval_));
+      auto gap = poked_
+                     ? Steady::duration(kMinGap)
+                     : std::min<Steady::duration>(kUsageGap, std::chrono::duration_cast<Steady::duration>(interval_));
       if (!cv_.WaitUntil(&mu_, last + gap)) break;
     }
     if (stop_) break;

@@ -2,9 +2,10 @@
 // agent.scanInterval and soon after a Poke (at most one a second beyond the
 // periodic ones), or after a PokeUsage (at most one per kUsageGap, or per
 // interval when that is shorter: a workload that creates and removes files
-// all the time buys a refresh of its figures every 5 s, not every second). With the observer it also picks how deep: a walk of /proc
-// after the observer lost events (at most one per kOverflowWalkGap, so that a
-// flood of opens cannot buy a walk a second) and for the audit every
+// all the time buys a refresh of its figures every 5 s, not every second).
+// With the observer it also picks how deep: a walk of /proc after the
+// observer lost events (at most one per kOverflowWalkGap, so that a flood of
+// opens cannot buy a walk a second) and for the audit every
 // agent.auditInterval; an observer scan otherwise. Without it every scan walks.
 //
 // Ownership: owns its thread; borrows the observer (null in scan mode), which
