@@ -184,7 +184,6 @@ void Agent::ScanLocked(ScanDepth depth, const char* reason) {
   if (watcher_) watcher_->SetPaths(WatchPaths(*next), runtime_roots_);
   snapshots_->Publish(next);
   NoteLeaseRefusals(reclaimer_->Auto(*next, config.leaks.reclaim));
-  if (!read_only_ && Reclaimer::AwaitsFreshEvidence(*next, config.leaks.reclaim)) scanner_.RefreshEvidence();
   ::malloc_trim(0);  // give the previous snapshot's and the scan's memory back
 }
 
@@ -227,7 +226,6 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
   // tick. With the observer it does not walk /proc: the candidates' final
   // check does (reclaim.h).
   if (observer_) observer_->Drain();  // every use reported until now counts
-  scanner_.RefreshEvidence();         // and every candidate's evidence is read now
   ScanLocked(ScanDepth::kObserve, "scan");
   ReclaimOutcome out = reclaimer_->Request(*Snapshot(), dry_run, ns, pod, paths, deadline);
   NoteLeaseRefusals(out);

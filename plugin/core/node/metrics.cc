@@ -193,15 +193,6 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   if (!snap) return o.str();
   help("shmkeeper_scan_duration_seconds", "gauge", "Duration of the last full scan.");
   o << "shmkeeper_scan_duration_seconds " << PromFloat(std::chrono::duration<double>(snap->duration).count()) << "\n";
-  help("shmkeeper_scan_proc_walks_total", "counter",
-       "Reads of /proc by scans, by kind: processes (every task), references (every mount namespace's mountinfo, "
-       "loop devices), holders (every task's fds and maps for given files), fd_tables (one process's fd table). A "
-       "scan that does not walk makes them only for what is new.");
-  for (const char* k : {"processes", "references", "holders", "fd_tables"}) {
-    auto it = snap->proc_walks.find(k);
-    o << "shmkeeper_scan_proc_walks_total{kind=\"" << k << "\"} " << (it == snap->proc_walks.end() ? 0 : it->second)
-      << "\n";
-  }
   help("shmkeeper_scans_total", "counter", "Full scans completed.");
   o << "shmkeeper_scans_total " << snap->scans << "\n";
   help("shmkeeper_last_scan_timestamp_seconds", "gauge", "Unix time of the last completed scan.");

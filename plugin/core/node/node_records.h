@@ -47,25 +47,6 @@ struct HolderInfo {
   std::string reference;
 };
 
-namespace node_scan_detail {
-// What the observer reported of a held file: the pids it saw using it and
-// its last open or close.
-struct ObservedUse {
-  std::vector<pid_t> pids;
-  std::optional<std::chrono::steady_clock::time_point> last_activity;
-  bool operator==(const ObservedUse&) const = default;
-};
-// The holders a top segment showed for a file the observer reported, as
-// confirmed (ProcessHolds) for that report: shown again while the observer
-// reports the same use (no open or close since), so that an idle scan reads
-// no holder's fd table. Display only: never a verdict.
-struct ShownHolders {
-  ObservedUse use;
-  std::vector<HolderInfo> holders;
-};
-using HolderCache = std::map<FileKey, ShownHolders>;
-}  // namespace node_scan_detail
-
 struct SegmentRecord {
   std::string path;  // as the pod sees it: /dev/shm/<name>
   int64_t bytes = 0;
@@ -142,11 +123,6 @@ struct LeakRecord {
   uint64_t fsid = 0;  // the superblock `key` is on (PodRecord::shm_fsid): removal requires it still
   pid_t access_pid = 0;
   std::string host_dir;
-  // The evidence of this verdict was read by this scan: a file's creator
-  // evidence and the references /proc does not show are read when it
-  // becomes a candidate and when its verdict would change, then remembered
-  // (Scanner). Auto-reclaim acts only on fresh evidence.
-  bool evidence_fresh = true;
   // The host tmpfs behind the pod's /dev/shm: removal goes through it when the
   // access process sees /dev/shm read-only (a CRI sandbox's pause container).
   std::string shm_host_source;
@@ -182,16 +158,6 @@ struct NodeSnapshot {
   // Directory entries the scan stat'ed listing the pods' tmpfs (a listing
   // the cache reused costs none): at most agent.maxFilesPerPod per tmpfs.
   int64_t listed_entries = 0;
-  // Reads of /proc by scans, so far, by kind (shmkeeper_scan_proc_walks_total):
-  //  processes   every task's status (ScanProcesses);
-  //  references  every mount namespace's mountinfo and the loop devices
-  //              (ReadNodeRefs: mounts, pid namespaces reaching each tmpfs);
-  //  holders     every task's fds and maps for given files (ScanHolders);
-  //  fd_tables   one process's whole fd table (ProcessHolds).
-  // A scan that does not walk makes them only for what is new (a tmpfs
-  // marked now, a file that became a candidate or whose verdict would
-  // change, a holder the observer reported since).
-  std::map<std::string, int64_t> proc_walks;
 };
 
 }  // namespace shmkeeper

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <utility>
 
 #include "node/node_scan_internal.h"
 #include "scan/memcg.h"
@@ -135,10 +134,8 @@ void Scanner::MeasurePod(size_t i, PodTurn* t) {
     }
     std::map<FileKey, LeakState> verdicts;
     for (size_t k = first_leak; k < snap->leaks.size(); ++k) verdicts[snap->leaks[k].key] = snap->leaks[k].state;
-    node_scan_detail::TopFiles top{&verdicts,       &t->held.held,  &t->held.observed,
-                                   &shown_holders_, &t->next_shown, &t->fd_tables};
-    p.top_segments =
-        TopSegments(p, d.files, t->view->table, t->view->RefsIfRead(), opts_.top_segments, top, opts_.proc);
+    p.top_segments = TopSegments(p, d.files, t->view->table, t->view->RefsIfRead(), opts_.top_segments, verdicts,
+                                 t->held.held, t->held.observed_pids, opts_.proc);
   }
   if (!access || !p.host_dir.empty()) return;
   SysvLeaks(&p, t->view, t->sysv[t->access.sysv_of[i]], t->clock, &t->ipc_seen, snap);
@@ -172,7 +169,6 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   auto t0 = SteadyClock::now();
   bool walk = depth == ScanDepth::kWalk || !opts_.observer;
   marked_now_.clear();
-  refresh_now_ = std::exchange(refresh_evidence_, false);
   // Every event queued until now is applied before the listing cache and the
   // observer's verdicts are consulted.
   if (opts_.observer && !walk) opts_.observer->Drain();
@@ -213,12 +209,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   turn.sysv = ListSysvShmEach(turn.access.sysv_pids, opts_.proc);
   for (size_t i : OwnersFirst(snap.pods)) MeasurePod(i, &turn);
   memcg_ = std::move(turn.memcg_next);
-  shown_holders_ = std::move(turn.next_shown);
   EndScan(snap, &view);
-  proc_walks_["processes"] += view.procs_read;
-  proc_walks_["references"] += view.refs_read;
-  proc_walks_["fd_tables"] += turn.fd_tables;
-  snap.proc_walks = proc_walks_;
   snap.scans = ++scans_;
   if (walk) ++walks_;
   snap.walked = walk;

@@ -90,29 +90,9 @@ class Scanner {
   // scan succeeds, the file is held (kept_by_reason "lease"), so that
   // auto-reclaim does not try it again at every scan.
   void NoteLeaseRefused(const FileKey& key) { mem_.lease_refused.insert(key); }
-  // The next scan reads afresh the evidence of every file it judges (one
-  // read of the node's references): before a reclaim request, and when
-  // auto-reclaim met a leak whose evidence was remembered.
-  void RefreshEvidence() { refresh_evidence_ = true; }
 
  private:
-  // What a scan read of a candidate (a file with creator evidence: a
-  // record, or a pid in its name) that no process holds: the references
-  // /proc does not show and, for a name's pid, whether it runs in a pid
-  // namespace reaching the tmpfs. Read when the file becomes a candidate
-  // (unheld after held, or new) and again when its verdict would become
-  // leaked, at a walk, or when RefreshEvidence asks; a result that keeps
-  // the file (a reference, a creator alive or namespaces unknown) is read
-  // again after kRefsEvery scans. A process holding the file forgets it.
-  struct Evidence {
-    int64_t read_at_scan = -1;  // -1: never read
-    std::string kept_by;        // "mount", "loop_device": a reference keeps it
-    bool creator_dead = false;  // a name's pid: dead in every reaching pid namespace
-    std::string name_reason;    // pid_namespaces_unknown, creator_in_other_pid_ns, or ""
-  };
   struct History {
-    Evidence evidence;
-    LeakState verdict = LeakState::kHeld;  // its verdict at the last scan (held: kept)
     pid_t last_holder_pid = 0;
     std::string last_holder_command;
     std::chrono::steady_clock::time_point first_unheld{};
@@ -142,8 +122,7 @@ class Scanner {
     std::set<dev_t> devices;
     std::string proc, sys, dev;
     std::optional<NodeRefs> refs;
-    const NodeRefs* recent = nullptr;       // the Scanner's recent_refs_, when this scan used them
-    int64_t procs_read = 0, refs_read = 0;  // the /proc reads this view made (NodeSnapshot::proc_walks)
+    const NodeRefs* recent = nullptr;  // the Scanner's recent_refs_, when this scan used them
     const ProcTable& Procs();
     const NodeRefs& Refs();
     const NodeRefs* RefsIfRead() const { return refs ? &*refs : recent; }
@@ -165,7 +144,7 @@ class Scanner {
   // What FileLeaks learnt of held files, for the pod's top segments.
   struct HeldFiles {
     std::set<FileKey> held;
-    std::map<FileKey, node_scan_detail::ObservedUse> observed;
+    std::map<FileKey, std::vector<pid_t>> observed_pids;
   };
   // Opens and marks every pod's tmpfs and lists it (dirs[i], fds[i] for
   // pods[i]), walking /proc meanwhile (on this thread; the listing on
@@ -201,9 +180,8 @@ class Scanner {
   //      listing is skipped);
   //   2. HeldByProcess: a process holds it (the walk's table, or the
   //      observer's verdict), with who last held it and any hidden reason;
-  //   3. a reference /proc does not show (a mount, a loop device: the
-  //      candidate's Evidence, else KeptByKernel) or a reclaim's lease still
-  //      refused (KeptByLease);
+  //   3. KeptByKernel: a reference /proc does not show (a mount, a loop
+  //      device) or a reclaim's lease still refused;
   //   4. JudgeUnheld: nobody holds it: its creator evidence (a record, a
   //      name's pid: NameEvidence) and its verdict (FinishLeak).
   // Steps 2 and 3 end in Keep, the one bookkeeping of a file kept held.
@@ -224,15 +202,10 @@ class Scanner {
   };
   void JudgeFile(PodFiles* pf, const ShmFile& f);
   bool HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
-  std::string HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use);
+  std::string HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use) const;
   bool KeptByKernel(PodFiles* pf, const ShmFile& f, History* h, const NodeRefs& refs);
   void JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
-  void NameEvidence(PodFiles* pf, const NameHint& hint, Evidence* ev);
-  void ReadEvidence(PodFiles* pf, const ShmFile& f, History* h, const NameHint& hint, bool has_record);
-  bool EvidenceReusable(const History& h, bool has_record) const;
-  bool MayBecomeLeaked(const PodFiles& pf, const History& h, const std::optional<Observer::Use>& use,
-                       bool creator_dead) const;
-  bool KeptByLease(PodFiles* pf, const ShmFile& f, History* h);
+  void NameEvidence(PodFiles* pf, const NameHint& hint, LeakRecord* l);
   void Keep(PodFiles* pf, const FileKey& key, History* h, const std::string& reason);
   // `sysv`: the pod's IPC namespace as ListSysvShmEach listed it.
   void SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock, std::set<ino_t>* ipc_seen,
@@ -355,8 +328,6 @@ class Scanner {
     std::set<ino_t> ipc_seen;
     HeldFiles held;  // node-wide: a pod that shares another's tmpfs shows the owner's verdicts
     std::map<pid_t, MemcgEntry> memcg_next;
-    node_scan_detail::HolderCache next_shown;
-    int64_t fd_tables = 0;  // holders' fd tables read for the top segments
   };
   void ReadAccess(const std::vector<PodRecord>& pods, PodAccess* out);
   void MeasurePod(size_t i, PodTurn* t);
@@ -367,11 +338,6 @@ class Scanner {
   std::set<dev_t> marked_now_;
   int64_t scans_ = 0;
   int64_t walks_ = 0;
-  std::map<std::string, int64_t> proc_walks_;  // NodeSnapshot::proc_walks
-  bool refresh_evidence_ = false;              // RefreshEvidence: for the next scan
-  bool refresh_now_ = false;                   // this scan reads every candidate's evidence
-  // The holders each top segment showed (TopSegments), for the next scan.
-  node_scan_detail::HolderCache shown_holders_;
 };
 
 const char* PodKindName(PodKind kind);

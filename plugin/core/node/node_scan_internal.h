@@ -39,19 +39,11 @@ std::vector<size_t> OwnersFirst(const std::vector<PodRecord>& pods);
 
 // The `n` largest files, with their holders and the holders' commands.
 // `held`: the files judged held (by the walk or the observer); `observed`:
-// what the observer reported of them, its pids confirmed one by one
-// (ProcessHolds, counted in `fd_tables`) when the scan did not walk, unless
-// `shown` (the last scan's) has them for the same report; what is shown is
-// added to `next_shown`.
-struct TopFiles {
-  const std::map<FileKey, LeakState>* verdicts = nullptr;
-  const std::set<FileKey>* held = nullptr;
-  const std::map<FileKey, ObservedUse>* observed = nullptr;
-  const HolderCache* shown = nullptr;
-  HolderCache* next_shown = nullptr;
-  int64_t* fd_tables = nullptr;
-};
+// pids the observer saw using them, confirmed one by one when the scan did
+// not walk.
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
-                                       const NodeRefs* refs, size_t n, const TopFiles& top, const std::string& proc);
+                                       const NodeRefs* refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
+                                       const std::set<FileKey>& held_keys,
+                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc);
 
 }  // namespace shmkeeper::node_scan_detail

@@ -274,7 +274,6 @@ ProcTable Scanner::MeasurePods(std::vector<PodRecord>* pods, dev_t host_dev, std
     return none;
   }
   std::thread walker(measure);
-  proc_walks_["processes"]++;
   ProcTable table = ScanProcesses(devices, opts_.proc);
   walker.join();
   return table;

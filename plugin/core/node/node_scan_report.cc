@@ -21,29 +21,10 @@ std::string DisplayPath(const PodRecord& p, const std::string& rel) {
   return (p.host_dir.empty() ? std::string("/dev/shm") : p.host_dir) + "/" + rel;
 }
 
-namespace {
-
-// The holders of a file the observer reported as used by `use.pids`: those
-// shown last time for the same report, else each pid confirmed now.
-std::vector<HolderInfo> ObservedHolders(const FileKey& key, const ObservedUse& use, const TopFiles& top,
-                                        const std::string& proc) {
-  if (auto last = top.shown->find(key); last != top.shown->end() && last->second.use == use) {
-    (*top.next_shown)[key] = last->second;
-    return last->second.holders;
-  }
-  std::vector<HolderInfo> holders;
-  for (pid_t pid : use.pids) {
-    ++*top.fd_tables;
-    if (ProcessHolds(pid, key, proc)) holders.push_back({pid, ProcCommand(pid, proc), false, ""});
-  }
-  (*top.next_shown)[key] = {use, holders};
-  return holders;
-}
-
-}  // namespace
-
 std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<ShmFile>& files, const ProcTable& table,
-                                       const NodeRefs* refs, size_t n, const TopFiles& top, const std::string& proc) {
+                                       const NodeRefs* refs, size_t n, const std::map<FileKey, LeakState>& verdicts,
+                                       const std::set<FileKey>& held_keys,
+                                       const std::map<FileKey, std::vector<pid_t>>& observed, const std::string& proc) {
   std::vector<size_t> idx(files.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   n = std::min(n, idx.size());
@@ -56,13 +37,15 @@ std::vector<SegmentRecord> TopSegments(const PodRecord& p, const std::vector<Shm
     auto held = table.holders.find(f.key);
     if (held != table.holders.end()) {
       for (const HolderRef& r : held->second) seg.holders.push_back({r.pid, ProcCommand(r.pid, proc), r.mapped, ""});
-    } else if (auto seen = top.observed->find(f.key); seen != top.observed->end()) {
-      seg.holders = ObservedHolders(f.key, seen->second, top, proc);
+    } else if (auto seen = observed.find(f.key); seen != observed.end()) {
+      for (pid_t pid : seen->second) {
+        if (ProcessHolds(pid, f.key, proc)) seg.holders.push_back({pid, ProcCommand(pid, proc), false, ""});
+      }
     }
     if (refs) {  // read by this scan (always when some file was unheld)
       for (const FileRef& r : refs->Of(f.key, f.path)) seg.holders.push_back({r.pid, "", false, r.what});
     }
-    seg.state = SegmentState(*top.verdicts, f.key, !seg.holders.empty() || top.held->count(f.key) > 0);
+    seg.state = SegmentState(verdicts, f.key, !seg.holders.empty() || held_keys.count(f.key) > 0);
     out.push_back(std::move(seg));
   }
   return out;

@@ -64,17 +64,13 @@ NameHint CreatorHintFromName(const std::string& path) {
   return {"", 0};
 }
 const NodeRefs& Scanner::ProcView::Refs() {
-  if (!refs) {
-    refs = ReadNodeRefs(Procs(), devices, proc, sys, dev);
-    ++refs_read;
-  }
+  if (!refs) refs = ReadNodeRefs(Procs(), devices, proc, sys, dev);
   return *refs;
 }
 
 const ProcTable& Scanner::ProcView::Procs() {
   if (!loaded) {
     ProcTable procs = ScanProcesses({}, table.proc);  // processes and namespaces only: no fds, no maps
-    ++procs_read;
     table.procs = std::move(procs.procs);
     table.self_pid_ns = procs.self_pid_ns;
     loaded = true;
@@ -133,7 +129,6 @@ void Scanner::SeedHolders(dev_t dev, const ShmDir& d, const ProcTable& table, bo
   // the mark get their holders from one walk for this tmpfs's files.
   std::set<FileKey> keys;
   for (const ShmFile& f : d.files) keys.insert(f.key);
-  proc_walks_["holders"]++;
   for (const auto& [key, refs] : ScanHolders(keys, opts_.proc)) {
     std::vector<pid_t> pids;
     for (const HolderRef& r : refs) pids.push_back(r.pid);
@@ -171,7 +166,6 @@ void Scanner::JudgeFile(PodFiles* pf, const ShmFile& f) {
 
 void Scanner::Keep(PodFiles* pf, const FileKey& key, History* h, const std::string& reason) {
   h->unheld = false;
-  h->verdict = LeakState::kHeld;
   pf->held->held.insert(key);
   if (!reason.empty()) pf->snap->kept_by_reason[reason]++;
 }
@@ -185,8 +179,7 @@ bool Scanner::HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const st
     h->last_holder_pid = holder;
     h->last_holder_command = ProcCommand(h->last_holder_pid, opts_.proc);
   }
-  if (use && !pf->walked_dev) pf->held->observed[f.key] = {use->pids, use->last_activity};
-  h->evidence = {};  // a process holds it: unheld again, it is a new candidate
+  if (use && !pf->walked_dev) pf->held->observed_pids[f.key] = use->pids;
   if (walk_held || use->holders_pending) {
     h->hidden_reason.clear();  // held by what the walk saw, or awaiting the observer's next holder walk
   } else if (use->probed_now) {
@@ -199,11 +192,9 @@ bool Scanner::HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const st
 // The kernel says held and no walk saw a process: is any process seen using
 // it a holder? If not, a reference /proc does not show holds it (decided
 // once per probe, not per scan).
-std::string Scanner::HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use) {
-  bool shown = std::any_of(use.pids.begin(), use.pids.end(), [&](pid_t pid) {
-    proc_walks_["fd_tables"]++;
-    return ProcessHolds(pid, f.key, opts_.proc);
-  });
+std::string Scanner::HiddenReason(PodFiles* pf, const ShmFile& f, const Observer::Use& use) const {
+  bool shown =
+      std::any_of(use.pids.begin(), use.pids.end(), [&](pid_t pid) { return ProcessHolds(pid, f.key, opts_.proc); });
   if (shown) return "";
   std::vector<FileRef> kernel = pf->view->Refs().Of(f.key, f.path);
   return kernel.empty() ? "lease" : RefReason(kernel.front());
@@ -214,10 +205,6 @@ bool Scanner::KeptByKernel(PodFiles* pf, const ShmFile& f, History* h, const Nod
     Keep(pf, f.key, h, RefReason(kernel.front()));
     return true;
   }
-  return KeptByLease(pf, f, h);
-}
-
-bool Scanner::KeptByLease(PodFiles* pf, const ShmFile& f, History* h) {
   if (!mem_.lease_refused.count(f.key)) return false;
   if (LeaseStillRefused(*pf->p, f.path, f.key, opts_.proc)) {
     Keep(pf, f.key, h, "lease");
@@ -227,59 +214,14 @@ bool Scanner::KeptByLease(PodFiles* pf, const ShmFile& f, History* h) {
   return false;
 }
 
-// A candidate's remembered evidence stands unless it is missing, this scan
-// reads every candidate afresh, or it keeps the file (a reference, a
-// creator alive or namespaces unknown: facts no event reports when they
-// end) and is kRefsEvery scans old. What lets a file be leaked (no
-// reference, its creator dead: a dead process never comes back) stands
-// until the verdict would change (MayBecomeLeaked).
-bool Scanner::EvidenceReusable(const History& h, bool has_record) const {
-  const Evidence& ev = h.evidence;
-  if (ev.read_at_scan < 0 || refresh_now_) return false;
-  bool settled = ev.kept_by.empty() && (has_record || ev.creator_dead);
-  return settled || scans_ - ev.read_at_scan < kRefsEvery;
-}
-
-// Whether the file would be leaked at this scan and was not at the last:
-// its evidence is read afresh before it is called leaked.
-bool Scanner::MayBecomeLeaked(const PodFiles& pf, const History& h, const std::optional<Observer::Use>& use,
-                              bool creator_dead) const {
-  if (pf.unobserved || !creator_dead || h.verdict == LeakState::kLeaked) return false;
-  SteadyClock::time_point since = h.unheld ? h.first_unheld : pf.clock->now;
-  if (use && use->last_activity && *use->last_activity > since) since = *use->last_activity;
-  return pf.clock->now - since >= std::chrono::duration_cast<SteadyClock::duration>(opts_.grace);
-}
-
-void Scanner::ReadEvidence(PodFiles* pf, const ShmFile& f, History* h, const NameHint& hint, bool has_record) {
-  Evidence& ev = h->evidence;
-  ev = {};
-  ev.read_at_scan = scans_;
-  std::vector<FileRef> kernel = pf->view->Refs().Of(f.key, f.path);
-  if (!kernel.empty()) ev.kept_by = RefReason(kernel.front());
-  if (!has_record && hint.pid) NameEvidence(pf, hint, &ev);
-}
-
 void Scanner::JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use) {
+  // Unheld by every process: the references /proc does not show (read
+  // once per scan, on the first such file that creator evidence could
+  // make leaked; recent ones for a file that can only be unheld).
   NameHint hint = CreatorHintFromName(f.path);
   std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key, pf->p->shm_fsid) : std::nullopt;
-  bool record_dead = rec && !rec->Alive(opts_.proc);
-  if (rec || hint.pid) {
-    // A candidate: creator evidence could make it leaked. Its evidence is
-    // read when it is new, or its verdict would change (or read by this
-    // scan anyway), else remembered.
-    bool dead = rec ? record_dead : h->evidence.creator_dead;
-    if (pf->view->refs || !EvidenceReusable(*h, rec.has_value()) || MayBecomeLeaked(*pf, *h, use, dead)) {
-      ReadEvidence(pf, f, h, hint, rec.has_value());
-    }
-    if (!h->evidence.kept_by.empty()) {
-      Keep(pf, f.key, h, h->evidence.kept_by);
-      return;
-    }
-    if (KeptByLease(pf, f, h)) return;
-  } else if (KeptByKernel(pf, f, h, RecentRefs(pf->view))) {
-    // Never leaked whatever its references: the recent ones (kRefsEvery).
-    return;
-  }
+  const NodeRefs& refs = rec || hint.pid ? pf->view->Refs() : RecentRefs(pf->view);
+  if (KeptByKernel(pf, f, h, refs)) return;
   const Clock& clock = *pf->clock;
   if (!h->unheld) {
     h->unheld = true;
@@ -300,36 +242,33 @@ void Scanner::JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std:
     l.creator_pid = rec->ns_pid;
     l.creator_source = "record";
     l.creator_command = rec->command;
-    l.creator_dead = record_dead;
+    l.creator_dead = !rec->Alive(opts_.proc);
   } else if (hint.pid) {
-    l.creator_source = "name:" + hint.pattern;
-    l.creator_dead = h->evidence.creator_dead;
-    if (!h->evidence.name_reason.empty()) pf->snap->kept_by_reason[h->evidence.name_reason]++;
+    NameEvidence(pf, hint, &l);
   }
-  l.evidence_fresh = !(rec || hint.pid) || h->evidence.read_at_scan == scans_;
   l.last_holder_pid = h->last_holder_pid;
   l.last_holder_command = h->last_holder_command;
   l.key = f.key;
   if (pf->unobserved) pf->snap->kept_by_reason["unobserved"]++;
   FinishLeak(std::move(l), pf->p, clock.now, since, pf->unobserved ? std::nullopt : std::optional(opts_.grace),
              pf->snap);
-  h->verdict = pf->snap->leaks.back().state;
 }
 
 // A name's pid is dead only when it runs in none of the pid namespaces that
 // reach the tmpfs.
-void Scanner::NameEvidence(PodFiles* pf, const NameHint& hint, Evidence* ev) {
+void Scanner::NameEvidence(PodFiles* pf, const NameHint& hint, LeakRecord* l) {
+  l->creator_source = "name:" + hint.pattern;
   const NodeRefs& refs = pf->view->Refs();
   if (!pf->reaching) pf->reaching = ReachingPidNamespaces(*pf->p, pf->view->Procs(), refs, pf->access);
   const std::set<ino_t>& reaching = *pf->reaching;
   bool alive_here = pf->access && refs.Alive(pf->access->pid_ns, hint.pid);
   bool alive_elsewhere =
       std::any_of(reaching.begin(), reaching.end(), [&](ino_t ns) { return refs.Alive(ns, hint.pid); });
-  ev->creator_dead = !reaching.empty() && !alive_elsewhere;
+  l->creator_dead = !reaching.empty() && !alive_elsewhere;
   if (reaching.empty()) {
-    ev->name_reason = "pid_namespaces_unknown";
+    pf->snap->kept_by_reason["pid_namespaces_unknown"]++;
   } else if (alive_elsewhere && !alive_here) {
-    ev->name_reason = "creator_in_other_pid_ns";
+    pf->snap->kept_by_reason["creator_in_other_pid_ns"]++;
   }
 }
 

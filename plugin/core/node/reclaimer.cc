@@ -30,18 +30,12 @@ ReclaimOutcome Reclaimer::Auto(const NodeSnapshot& snap, LeakReclaim mode) {
   for (const LeakRecord& l : snap.leaks) {
     // The node decides; a pod may only opt out (never in beyond the node).
     bool on = mode == LeakReclaim::kAuto && !l.reclaim_opt_out;
-    if (on && l.reclaimable && l.evidence_fresh) due.push_back(l);
+    if (on && l.reclaimable) due.push_back(l);
   }
   if (due.empty() || read_only_) return {};
   ReclaimOutcome out = ReclaimLeaks(due, /*dry_run=*/false, "/proc", agent_id_);
   Record(out);
   return out;
-}
-
-bool Reclaimer::AwaitsFreshEvidence(const NodeSnapshot& snap, LeakReclaim mode) {
-  if (mode != LeakReclaim::kAuto) return false;
-  return std::any_of(snap.leaks.begin(), snap.leaks.end(),
-                     [](const LeakRecord& l) { return l.reclaimable && !l.evidence_fresh && !l.reclaim_opt_out; });
 }
 
 ReclaimOutcome Reclaimer::Request(const NodeSnapshot& snap, bool dry_run, const std::string& ns, const std::string& pod,

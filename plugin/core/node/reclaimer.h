@@ -39,15 +39,10 @@ class Reclaimer {
   // auto-reclaims.
   Reclaimer(std::string agent_id, bool read_only, EventHub* events, Reporter::Log log);
 
-  // Removes the leaks of `snap` that are due: reclaimable on evidence read
-  // by that scan (LeakRecord::evidence_fresh), with leaks.reclaim auto
-  // (`mode`) and their pod not opted out (shmkeeper.io/reclaim: report or
-  // off). Returns what it did.
+  // Removes the leaks of `snap` that are due: reclaimable, with leaks.reclaim
+  // auto (`mode`) and their pod not opted out (shmkeeper.io/reclaim: report
+  // or off). Returns what it did.
   ReclaimOutcome Auto(const NodeSnapshot& snap, LeakReclaim mode) SHMK_EXCLUDES(mu_);
-  // Whether some leak of `snap` would be due but for remembered evidence:
-  // the agent then asks the next scan to read it afresh
-  // (Scanner::RefreshEvidence).
-  static bool AwaitsFreshEvidence(const NodeSnapshot& snap, LeakReclaim mode);
   // The leaks of `snap` in `ns` and `pod` ("" = all) whose path is in
   // `paths` (empty = all; as ListLeaks shows them), reclaimed, or with
   // `dry_run` only checked; nothing is removed after `deadline`.
