@@ -29,13 +29,12 @@ PodRecord Pod(const std::string& ns, const std::string& name, const std::string&
   return p;
 }
 
-LeakRecord Leak(const PodKey& pod, const std::string& path, LeakState state, bool fresh) {
+LeakRecord Leak(const PodKey& pod, const std::string& path, LeakState state) {
   LeakRecord l;
   l.pod = pod;
   l.path = path;
   l.state = state;
   l.reclaimable = state == LeakState::kLeaked;
-  l.evidence_fresh = fresh;
   return l;
 }
 
@@ -131,42 +130,13 @@ TEST(PodQueryTest, OnePodByUidNameOrContainerPrefix) {
 TEST(PodQueryTest, LeaksByNamespaceAndPodNameOrUid) {
   NodeSnapshot snap;
   PodKey a{PodKind::kKubernetes, "a", "x", "uid-1"}, b{PodKind::kKubernetes, "b", "x", "uid-2"};
-  snap.leaks = {Leak(a, "/dev/shm/1", LeakState::kLeaked, true), Leak(b, "/dev/shm/2", LeakState::kUnheld, true)};
+  snap.leaks = {Leak(a, "/dev/shm/1", LeakState::kLeaked), Leak(b, "/dev/shm/2", LeakState::kUnheld)};
   EXPECT_EQ(QueryLeaks(&snap, "", "").size(), 2u);
   EXPECT_EQ(QueryLeaks(&snap, "", "x").size(), 2u);
   ASSERT_EQ(QueryLeaks(&snap, "b", "x").size(), 1u);
   EXPECT_EQ(QueryLeaks(&snap, "b", "x").front().path, "/dev/shm/2");
   EXPECT_EQ(QueryLeaks(&snap, "", "uid-1").size(), 1u);
   EXPECT_TRUE(QueryLeaks(&snap, "c", "").empty());
-}
-
-// ---- Reclaimer: what is due ------------------------------------------------
-
-TEST(ReclaimerDueTest, AutoActsOnlyOnFreshEvidence) {
-  NodeSnapshot snap;
-  PodKey k{PodKind::kKubernetes, "a", "x", "uid-1"};
-  snap.leaks = {Leak(k, "/dev/shm/remembered", LeakState::kLeaked, false)};
-  EventHub hub;
-  std::vector<std::string> logs;
-  Reclaimer reclaimer("test", /*read_only=*/false, &hub,
-                      [&](LogLevel, const std::string& line) { logs.push_back(line); });
-  // The leak's evidence is remembered: nothing is tried (the record's
-  // handles are empty: a try would be an error, logged and counted).
-  ReclaimOutcome out = reclaimer.Auto(snap, LeakReclaim::kAuto);
-  EXPECT_TRUE(out.reclaimed.empty());
-  EXPECT_TRUE(out.skipped.empty()) << "auto-reclaim acted on remembered evidence";
-  EXPECT_TRUE(Reclaimer::AwaitsFreshEvidence(snap, LeakReclaim::kAuto));
-  EXPECT_FALSE(Reclaimer::AwaitsFreshEvidence(snap, LeakReclaim::kReport));
-  snap.leaks[0].reclaim_opt_out = true;
-  EXPECT_FALSE(Reclaimer::AwaitsFreshEvidence(snap, LeakReclaim::kAuto)) << "an opted-out pod's leak is never due";
-  // Control: the same leak on fresh evidence is tried (and, with no
-  // handles to reach it, kept with an error, never removed).
-  snap.leaks[0].reclaim_opt_out = false;
-  snap.leaks[0].evidence_fresh = true;
-  EXPECT_FALSE(Reclaimer::AwaitsFreshEvidence(snap, LeakReclaim::kAuto));
-  out = reclaimer.Auto(snap, LeakReclaim::kAuto);
-  EXPECT_TRUE(out.reclaimed.empty());
-  EXPECT_EQ(out.skipped.size(), 1u) << "a leak on fresh evidence was not tried";
 }
 
 }  // namespace
