@@ -33,9 +33,13 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from harness import wait_for  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT_SH = HERE / "root.sh"
@@ -228,6 +232,21 @@ class SidNamespace:
             raise AssertionError(f"the sid namespace left processes {left} and mounts {mounts}")
 
 
+def wait_up(proc, log, name, timeout, ready):
+    """Waits (harness.wait_for: a deadline) until `ready()`; fails at once,
+    with the log's tail, when the daemon exits first."""
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError(f"{name} exited:\n" + log.read_text()[-3000:])
+        return ready()
+    try:
+        wait_for(up, timeout=timeout, interval=0.3, what=f"{name} to answer")
+    except AssertionError as e:
+        if "timed out" in str(e):
+            raise AssertionError(f"{name} did not come up:\n" + log.read_text()[-3000:]) from None
+        raise
+
+
 class Daemon:
     """A daemon started through nsenter: nsenter forks it into the pid
     namespace and waits, but does not pass signals on, so a signal goes to
@@ -302,14 +321,9 @@ class SidDocker:
                                    "--exec-root", self.exec_root, "--pidfile", self.base / "dockerd.pid",
                                    *([] if self.hosts_in_config else ["-H", self.host]), "--userland-proxy=false"],
                                   self.log, env=self.env)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError("dockerd exited:\n" + self.log.read_text()[-3000:])
-            if self.sock.exists() and self.docker("version", check=False).returncode == 0:
-                return self
-            time.sleep(0.3)
-        raise AssertionError("dockerd did not come up:\n" + self.log.read_text()[-3000:])
+        wait_up(self.proc, self.log, "dockerd", timeout,
+                 lambda: self.sock.exists() and self.docker("version", check=False).returncode == 0)
+        return self
 
     def docker(self, *args, check=True, timeout=300, **kw):
         return self.ns.run(["docker", "-H", self.host, *args], check=check, timeout=timeout, **kw)
@@ -407,14 +421,9 @@ state = "{self.base}/state"
         if not self.config.exists():
             self.write_config()
         self.proc = self.ns.popen(["containerd", "--config", self.config], self.log, env=self.env)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError("containerd exited:\n" + self.log.read_text()[-3000:])
-            if self.sock.exists() and self.ctr("version", check=False).returncode == 0:
-                return self
-            time.sleep(0.3)
-        raise AssertionError("containerd did not come up:\n" + self.log.read_text()[-3000:])
+        wait_up(self.proc, self.log, "containerd", timeout,
+                 lambda: self.sock.exists() and self.ctr("version", check=False).returncode == 0)
+        return self
 
     def ctr(self, *args, check=True, timeout=300):
         return self.ns.run(["ctr", "--address", self.sock, "-n", "k8s.io", *args], check=check, timeout=timeout)

@@ -3,10 +3,10 @@ a /proc of it: what a node agent on that host sees) listing the containers of
 all three sid engines at once, Docker 28, podman 5 + crun 1.28 and a
 containerd 2.1 CRI pod, with their size, usage and memory-cgroup shmem."""
 import subprocess
-import time
 
 import pytest
 
+import sidroot
 from engines_env import IMAGE, MiB, Pod
 from harness import AGENTD, AgentProcess, wait_for
 
@@ -24,14 +24,9 @@ class NsAgent(AgentProcess):
     def start(self, *args):
         self.proc = self.ns.popen_host([AGENTD, "--config", self.config, "--state-dir", self.base / "state", *args],
                                        self.log)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError("shmkeeperd exited:\n" + self.log.read_text()[-3000:])
-            if self.sock.exists() and self.cli("status", check=False).returncode == 0:
-                return self
-            time.sleep(0.1)
-        raise AssertionError("shmkeeperd did not come up:\n" + self.log.read_text()[-3000:])
+        sidroot.wait_up(self.proc, self.log, "shmkeeperd", 20,
+                        lambda: self.sock.exists() and self.cli("status", check=False).returncode == 0)
+        return self
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
