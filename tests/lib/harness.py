@@ -276,7 +276,8 @@ class PrivateDocker:
 class AgentProcess:
     """shmkeeperd started on a private socket with the given config text."""
 
-    def __init__(self, base: Path, config_text: str):
+    def __init__(self, base: Path, config_text: str, binary: Path = AGENTD):
+        self.binary = binary
         self.base = base
         self.sock = base / "agent.sock"
         self.config = base / "agent.yaml"
@@ -289,7 +290,7 @@ class AgentProcess:
         """Starts shmkeeperd with `args` added (e.g. --read-only) and waits until it serves."""
         # A private state directory (the one-agent-per-node lock) unless the config names one.
         state = [] if "stateDir" in self.config.read_text() else ["--state-dir", str(self.base / "state")]
-        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config), *state, *args],
+        self.proc = subprocess.Popen([str(self.binary), "--config", str(self.config), *state, *args],
                                      stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -405,6 +406,18 @@ def wait_for(fn, timeout=10, interval=0.2, what="condition"):
 
 
 CRI_TOOL = BUILD / "tests" / "cri-tool"
+
+
+def release_agentd() -> Path:
+    """The shmkeeperd users run: BUILD's when BUILD is not sanitized, else the release tree's (build/, made by
+    the CI's build stage before the sanitized stages). Memory and CPU bounds are measured on it: ASan's shadow
+    memory and quarantine make a sanitized agent's RSS a function of the allocator, not of the agent."""
+    cache = BUILD / "CMakeCache.txt"
+    sanitized = cache.exists() and any(line.startswith("SHMKEEPER_SANITIZE:") and line.split("=", 1)[1].strip()
+                                       for line in cache.read_text().splitlines())
+    agentd = (REPO / "build" / "plugin" / "shmkeeperd") if sanitized else AGENTD
+    assert agentd.exists(), f"{agentd} is missing: bounds are measured on the release build (tests/run.sh build)"
+    return agentd
 PAUSE_IMAGE = "shmkeeper.test/pause:1"
 
 sys.path.insert(0, str(REPO / "deploy" / "image"))

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from harness import BUILD, CLI, AgentProcess, run, wait_for
+from harness import AGENTD, BUILD, CLI, AgentProcess, run, wait_for
 
 HOLDERS = BUILD / "tests" / "holders"
 QUARANTINE = ".shmkeeper-reclaim."
@@ -68,9 +68,9 @@ leaks:
 """
 
 
-def start_agent(base: Path, config_text: str) -> AgentProcess:
+def start_agent(base: Path, config_text: str, binary: Path = AGENTD) -> AgentProcess:
     base.mkdir(parents=True, exist_ok=True)
-    return AgentProcess(base, config_text).start()
+    return AgentProcess(base, config_text, binary).start()
 
 
 def metrics_port(agent: AgentProcess) -> int:
