@@ -290,59 +290,90 @@ bool IsKeyword(const std::string& w) {
 
 void AddScript(const std::string& text, WorkloadSignals* s, int depth);
 
+// Wrappers that run the program after their own -flags (and an optional "--").
+bool IsExecWrapper(const std::string& prog) {
+  static const std::set<std::string> kWrappers = {"exec",      "nohup",     "time", "command", "sudo",
+                                                  "tini",      "dumb-init", "catatonit", "env", "nice",
+                                                  "ionice",    "stdbuf",    "setsid",    "xvfb-run", "--"};
+  return kWrappers.count(prog) > 0;
+}
+
+// Wrappers that take a user, then the program.
+bool IsUserWrapper(const std::string& prog) {
+  static const std::set<std::string> kWrappers = {"gosu", "su-exec", "chpst", "runuser", "s6-setuidgid"};
+  return kWrappers.count(prog) > 0;
+}
+
+// VAR=value before the program.
+bool IsAssignment(const std::string& raw) {
+  return raw.find('=') != std::string::npos && raw.find('/') == std::string::npos && !raw.starts_with("-");
+}
+
+std::vector<std::string> Tail(const std::vector<std::string>& argv, size_t from) {
+  return std::vector<std::string>(argv.begin() + static_cast<long>(from), argv.end());
+}
+
+void AddProgramOf(const std::vector<std::string>& argv, WorkloadSignals* s, int depth);
+
+// `prog` at argv[i] is a shell (or su): sh -c SCRIPT, bash -ec SCRIPT,
+// su postgres -c SCRIPT, busybox sh -c; sh /start.sh names its script.
+void AddShellCommand(const std::vector<std::string>& argv, size_t i, const std::string& prog, WorkloadSignals* s,
+                     int depth) {
+  for (size_t j = i + 1; j < argv.size(); ++j) {
+    const std::string& a = argv[j];
+    if (a.starts_with("-") && !a.starts_with("--") && a.find('c') != std::string::npos && j + 1 < argv.size()) {
+      if (depth < kMaxShellDepth) AddScript(argv[j + 1], s, depth + 1);
+      break;
+    }
+    if (prog == "busybox" && j == i + 1 && IsShell(LowerBase(a))) continue;
+    if (!a.starts_with("-") && prog != "su") break;  // sh script.sh: the script is the program
+  }
+  if (i + 1 < argv.size() && !argv[i + 1].starts_with("-") && IsShell(prog) && prog != "busybox")
+    s->programs.push_back(LowerBase(argv[i + 1]));  // sh /start.sh
+}
+
+// What `prog` at argv[i] runs in turn: a shell's script, an entrypoint
+// script's arguments (docker-entrypoint.sh postgres -c ...), the program
+// after "--" (wait-for-it.sh db:5432 -- postgres).
+void AddProgramsRunBy(const std::vector<std::string>& argv, size_t i, const std::string& prog, WorkloadSignals* s,
+                      int depth) {
+  if (IsShell(prog) || prog == "su") {
+    AddShellCommand(argv, i, prog, s, depth);
+  } else if (prog.find("entrypoint") != std::string::npos && i + 1 < argv.size() && !argv[i + 1].starts_with("-") &&
+             depth < kMaxShellDepth) {
+    AddProgramOf(Tail(argv, i + 1), s, depth + 1);
+  }
+  if (IsShell(prog) || depth >= kMaxShellDepth) return;
+  for (size_t j = i + 1; j + 1 < argv.size(); ++j) {
+    if (argv[j] == "--") {
+      AddProgramOf(Tail(argv, j + 1), s, depth + 1);
+      return;
+    }
+  }
+}
+
 // The program argv runs, through wrappers; shells' -c scripts recursively.
 void AddProgramOf(const std::vector<std::string>& argv, WorkloadSignals* s, int depth) {
   size_t i = 0;
   while (i < argv.size() && s->programs.size() < kMaxWords) {
-    const std::string& raw = argv[i];
-    if (raw.find('=') != std::string::npos && raw.find('/') == std::string::npos && !raw.starts_with("-")) {
-      ++i;  // VAR=value before the program
-      continue;
-    }
-    std::string prog = LowerBase(raw);
+    std::string prog = IsAssignment(argv[i]) ? "" : LowerBase(argv[i]);
     if (prog.empty() || IsKeyword(prog)) {
       ++i;
       continue;
     }
-    if (prog == "exec" || prog == "nohup" || prog == "time" || prog == "command" || prog == "sudo" || prog == "tini" ||
-        prog == "dumb-init" || prog == "catatonit" || prog == "env" || prog == "nice" || prog == "ionice" ||
-        prog == "stdbuf" || prog == "setsid" || prog == "xvfb-run" || prog == "--") {
+    if (IsExecWrapper(prog)) {
       ++i;  // the wrapper's own -flags follow, then the program
       while (i < argv.size() && argv[i].starts_with("-") && argv[i] != "--") ++i;
       if (i < argv.size() && argv[i] == "--") ++i;
       continue;
     }
-    if (prog == "gosu" || prog == "su-exec" || prog == "chpst" || prog == "runuser" || prog == "s6-setuidgid") {
+    if (IsUserWrapper(prog)) {
       i += 2;  // the user, then the program
       while (i < argv.size() && argv[i].starts_with("-")) ++i;
       continue;
     }
     s->programs.push_back(prog);
-    if (IsShell(prog) || prog == "su") {
-      // sh -c SCRIPT, bash -ec SCRIPT, su postgres -c SCRIPT, busybox sh -c
-      for (size_t j = i + 1; j < argv.size(); ++j) {
-        const std::string& a = argv[j];
-        if (a.starts_with("-") && !a.starts_with("--") && a.find('c') != std::string::npos && j + 1 < argv.size()) {
-          if (depth < kMaxShellDepth) AddScript(argv[j + 1], s, depth + 1);
-          break;
-        }
-        if (prog == "busybox" && j == i + 1 && IsShell(LowerBase(a))) continue;
-        if (!a.starts_with("-") && prog != "su") break;  // sh script.sh: the script is the program
-      }
-      if (i + 1 < argv.size() && !argv[i + 1].starts_with("-") && IsShell(prog) && prog != "busybox")
-        s->programs.push_back(LowerBase(argv[i + 1]));  // sh /start.sh
-    } else if (prog.find("entrypoint") != std::string::npos && i + 1 < argv.size() && !argv[i + 1].starts_with("-") &&
-               depth < kMaxShellDepth) {
-      // docker-entrypoint.sh postgres -c ...: the script execs its arguments.
-      AddProgramOf(std::vector<std::string>(argv.begin() + static_cast<long>(i) + 1, argv.end()), s, depth + 1);
-    }
-    // wait-for-it.sh db:5432 -- postgres: the program after "--" runs too.
-    for (size_t j = i + 1; j < argv.size(); ++j) {
-      if (argv[j] == "--" && j + 1 < argv.size() && depth < kMaxShellDepth && !IsShell(prog)) {
-        AddProgramOf(std::vector<std::string>(argv.begin() + static_cast<long>(j) + 1, argv.end()), s, depth + 1);
-        break;
-      }
-    }
+    AddProgramsRunBy(argv, i, prog, s, depth);
     return;
   }
 }
@@ -375,55 +406,6 @@ void AddScript(const std::string& text, WorkloadSignals* s, int depth) {
 }
 
 }  // namespace
-
-std::vector<std::string> ShellWords(const std::string& text, bool operators) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool in_word = false;
-  auto end_word = [&] {
-    if (in_word) out.push_back(cur);
-    cur.clear();
-    in_word = false;
-  };
-  for (size_t i = 0; i < text.size() && out.size() < kMaxWords; ++i) {
-    char c = text[i];
-    if (c == '\\' && i + 1 < text.size()) {
-      if (text[i + 1] != '\n') cur += text[i + 1];
-      in_word = in_word || text[i + 1] != '\n';
-      ++i;
-    } else if (c == '\'') {
-      size_t close = text.find('\'', i + 1);
-      if (close == std::string::npos) close = text.size();
-      cur += text.substr(i + 1, close - i - 1);
-      in_word = true;
-      i = close;
-    } else if (c == '"') {
-      ++i;
-      while (i < text.size() && text[i] != '"') {
-        if (text[i] == '\\' && i + 1 < text.size() &&
-            std::string_view("\"\\$`\n").find(text[i + 1]) != std::string::npos)
-          ++i;
-        cur += text[i++];
-      }
-      in_word = true;
-    } else if (c == '#' && !in_word && operators) {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // a comment
-    } else if (operators && (c == '&' || c == '|' || c == ';' || c == '\n' || c == '(' || c == ')')) {
-      end_word();
-      std::string op(1, c);
-      if ((c == '&' || c == '|' || c == ';') && i + 1 < text.size() && text[i + 1] == c) op += text[++i];
-      if (c == '(' || c == ')') op = ";";  // a subshell or $( ... ): its commands are commands too
-      out.push_back(op);
-    } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-      end_word();
-    } else {
-      cur += c;
-      in_word = true;
-    }
-  }
-  end_word();
-  return out;
-}
 
 void AddArgv(const std::vector<std::string>& argv, WorkloadSignals* s) {
   AddProgramOf(argv, s, 0);
