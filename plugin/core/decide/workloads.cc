@@ -292,9 +292,9 @@ void AddScript(const std::string& text, WorkloadSignals* s, int depth);
 
 // Wrappers that run the program after their own -flags (and an optional "--").
 bool IsExecWrapper(const std::string& prog) {
-  static const std::set<std::string> kWrappers = {"exec",      "nohup",     "time", "command", "sudo",
-                                                  "tini",      "dumb-init", "catatonit", "env", "nice",
-                                                  "ionice",    "stdbuf",    "setsid",    "xvfb-run", "--"};
+  static const std::set<std::string> kWrappers = {"exec",   "nohup",     "time",      "command",  "sudo",
+                                                  "tini",   "dumb-init", "catatonit", "env",      "nice",
+                                                  "ionice", "stdbuf",    "setsid",    "xvfb-run", "--"};
   return kWrappers.count(prog) > 0;
 }
 
