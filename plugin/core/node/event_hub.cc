@@ -65,6 +65,62 @@ AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
   return e;
 }
 
+namespace {
+
+// What changed for one pod: started (not at the first snapshot), resized,
+// over 80 % / 95 % full (crossing it, or over it at first sight), over the
+// files limit. `old` is its record in the previous snapshot, if any.
+void PodEvents(const PodRecord* old, const PodRecord& p, bool first, std::vector<AgentEvent>* out) {
+  if (!old && !first) out->push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
+  if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
+    AgentEvent e =
+        MakeEvent(EventKind::kResizeApplied, p.key,
+                  "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
+    e.bytes = p.size_bytes;
+    out->push_back(e);
+  }
+  for (int pct : {80, 95}) {
+    auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
+    if (over(p) && !(old && over(*old))) {
+      AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
+                               "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
+                                   FormatSize(p.size_bytes) + ")");
+      e.bytes = p.used_bytes;
+      e.threshold_percent = pct;
+      out->push_back(e);
+    }
+  }
+  if (p.files_over_limit && !(old && old->files_over_limit)) {
+    out->push_back(MakeEvent(EventKind::kFilesOverLimit, p.key,
+                             "/dev/shm holds more than " + std::to_string(p.files_limit) +
+                                 " files (agent.maxFilesPerPod): not listed further, every file kept"));
+  }
+}
+
+// Segments leaked in `next` that were not leaked in `prev`. Only a leaked
+// verdict is news: unheld segments (scratch files, a creator still running)
+// are listed by ListLeaks, not announced.
+void LeakEvents(const NodeSnapshot* prev, const NodeSnapshot& next, std::vector<AgentEvent>* out) {
+  std::set<std::pair<std::string, int32_t>> known;
+  if (prev) {
+    for (const LeakRecord& l : prev->leaks) {
+      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
+    }
+  }
+  for (const LeakRecord& l : next.leaks) {
+    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
+    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
+                             std::string(LeakStateName(l.state)) + " segment " +
+                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
+                                 FormatSize(l.bytes) + ")");
+    e.bytes = l.bytes;
+    e.path = l.path;
+    out->push_back(e);
+  }
+}
+
+}  // namespace
+
 std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapshot& next) {
   std::vector<AgentEvent> out;
   std::map<std::string, const PodRecord*> before;
@@ -75,53 +131,12 @@ std::vector<AgentEvent> DiffSnapshots(const NodeSnapshot* prev, const NodeSnapsh
   for (const PodRecord& p : next.pods) {
     seen.insert(p.key.uid);
     auto it = before.find(p.key.uid);
-    const PodRecord* old = it == before.end() ? nullptr : it->second;
-    if (!old && prev) out.push_back(MakeEvent(EventKind::kPodStarted, p.key, PodName(p.key) + " started"));
-    if (old && old->size_bytes && p.size_bytes && old->size_bytes != p.size_bytes) {
-      AgentEvent e =
-          MakeEvent(EventKind::kResizeApplied, p.key,
-                    "/dev/shm resized from " + FormatSize(old->size_bytes) + " to " + FormatSize(p.size_bytes));
-      e.bytes = p.size_bytes;
-      out.push_back(e);
-    }
-    for (int pct : {80, 95}) {
-      auto over = [pct](const PodRecord& r) { return r.size_bytes > 0 && r.used_bytes * 100 >= r.size_bytes * pct; };
-      if (over(p) && !(old && over(*old))) {  // crossing it, or over it at first sight
-        AgentEvent e = MakeEvent(EventKind::kUsageHigh, p.key,
-                                 "/dev/shm " + std::to_string(pct) + "% full (" + FormatSize(p.used_bytes) + " of " +
-                                     FormatSize(p.size_bytes) + ")");
-        e.bytes = p.used_bytes;
-        e.threshold_percent = pct;
-        out.push_back(e);
-      }
-    }
-    if (p.files_over_limit && !(old && old->files_over_limit)) {
-      out.push_back(MakeEvent(EventKind::kFilesOverLimit, p.key,
-                              "/dev/shm holds more than " + std::to_string(p.files_limit) +
-                                  " files (agent.maxFilesPerPod): not listed further, every file kept"));
-    }
+    PodEvents(it == before.end() ? nullptr : it->second, p, prev == nullptr, &out);
   }
   for (const auto& [uid, p] : before) {
     if (!seen.count(uid)) out.push_back(MakeEvent(EventKind::kPodStopped, p->key, PodName(p->key) + " stopped"));
   }
-  std::set<std::pair<std::string, int32_t>> known;
-  if (prev) {
-    for (const LeakRecord& l : prev->leaks) {
-      if (l.state == LeakState::kLeaked) known.insert({l.pod.uid + l.path, l.sysv_id});
-    }
-  }
-  for (const LeakRecord& l : next.leaks) {
-    // Only a leaked verdict is news: unheld segments (scratch files, a
-    // creator still running) are listed by ListLeaks, not announced.
-    if (l.state != LeakState::kLeaked || known.count({l.pod.uid + l.path, l.sysv_id})) continue;
-    AgentEvent e = MakeEvent(EventKind::kLeakFound, l.pod,
-                             std::string(LeakStateName(l.state)) + " segment " +
-                                 (l.sysv_id >= 0 ? "sysv:" + std::to_string(l.sysv_id) : l.path) + " (" +
-                                 FormatSize(l.bytes) + ")");
-    e.bytes = l.bytes;
-    e.path = l.path;
-    out.push_back(e);
-  }
+  LeakEvents(prev, next, &out);
   return out;
 }
 

@@ -210,8 +210,10 @@ void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
 bool Expired(Deadline deadline) { return std::chrono::steady_clock::now() >= deadline; }
 Skip DeadlineSkip() { return Skip{SkipReason::kDeadline, "the caller's deadline passed before its removal"}; }
 
-void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, const std::string& agent_id,
-                  Deadline deadline, ReclaimOutcome* out) {
+// Phase 1: each claim leased (and, for real, quarantined) or kept; returns
+// the claims that go on to the final check.
+std::vector<Claim*> LeaseBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc,
+                               const std::string& agent_id, Deadline deadline, ReclaimOutcome* out) {
   std::vector<Claim*> live;
   for (Claim& c : batch) {
     std::optional<Skip> skip = Lease(&c, proc);
@@ -223,6 +225,45 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
       live.push_back(&c);
     }
   }
+  return live;
+}
+
+// Phase 2, one claim: the final check against the holders /proc shows, then
+// the removal and what it freed (or why it is kept).
+void RemoveClaim(Claim* c, const std::map<FileKey, std::vector<HolderRef>>& holders, bool dry_run, Deadline deadline,
+                 ReclaimOutcome* out) {
+  std::optional<Skip> skip = FinalCheck(*c, holders);
+  if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
+  if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
+    skip = Skip{SkipReason::kError, Status::FromErrno(errno, "unlink " + c->leak.path).message()};
+  }
+  if (skip) {
+    Keep(c, *skip, out);
+    return;
+  }
+  c->renamed = false;
+  struct stat st;
+  if (!dry_run && ::fstat(c->file.get(), &st) == 0 && st.st_nlink > 0) {  // linked after the final check
+    out->skipped.push_back(
+        {c->leak, SkipReason::kLinked, "linked while it was removed: it lives on under another name"});
+    return;
+  }
+  bool raced = !dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK;
+  if (raced) ++out->raced;  // that open gets the inode once the claim lets go: not a hidden reference
+  if (!dry_run && !raced && OutlivedClaim(c)) {
+    out->skipped.push_back({c->leak, SkipReason::kPinned,
+                            "removed, but a reference /proc does not show (an O_PATH descriptor in flight?) "
+                            "still pins its memory",
+                            false});
+    return;
+  }
+  out->freed_bytes += c->leak.bytes;
+  out->reclaimed.push_back(c->leak);
+}
+
+void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, const std::string& agent_id,
+                  Deadline deadline, ReclaimOutcome* out) {
+  std::vector<Claim*> live = LeaseBatch(batch, dry_run, proc, agent_id, deadline, out);
   if (live.empty()) return;
   if (!dry_run) std::this_thread::sleep_for(kSettle);
   std::set<FileKey> keys;
@@ -232,35 +273,7 @@ void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& pr
     own.insert(c->file.get());
   }
   std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc, own);
-  for (Claim* c : live) {
-    std::optional<Skip> skip = FinalCheck(*c, holders);
-    if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
-    if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
-      skip = Skip{SkipReason::kError, Status::FromErrno(errno, "unlink " + c->leak.path).message()};
-    }
-    if (skip) {
-      Keep(c, *skip, out);
-      continue;
-    }
-    c->renamed = false;
-    struct stat st;
-    if (!dry_run && ::fstat(c->file.get(), &st) == 0 && st.st_nlink > 0) {  // linked after the final check
-      out->skipped.push_back(
-          {c->leak, SkipReason::kLinked, "linked while it was removed: it lives on under another name"});
-      continue;
-    }
-    bool raced = !dry_run && ::fcntl(c->file.get(), F_GETLEASE) != F_WRLCK;
-    if (raced) ++out->raced;  // that open gets the inode once the claim lets go: not a hidden reference
-    if (!dry_run && !raced && OutlivedClaim(c)) {
-      out->skipped.push_back({c->leak, SkipReason::kPinned,
-                              "removed, but a reference /proc does not show (an O_PATH descriptor in flight?) "
-                              "still pins its memory",
-                              false});
-      continue;
-    }
-    out->freed_bytes += c->leak.bytes;
-    out->reclaimed.push_back(c->leak);
-  }
+  for (Claim* c : live) RemoveClaim(c, holders, dry_run, deadline, out);
 }
 
 Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
