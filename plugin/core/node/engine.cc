@@ -85,7 +85,9 @@ Status Agent::Start() {
     MutexLock scan_lock(&scan_mu_);
     ScanLocked(ScanDepth::kWalk, "startup");
   }
-  loop_->Start(observer_.get());
+  ScanLoop::TakeOverflowFn take_overflow;
+  if (observer_) take_overflow = [obs = observer_.get()] { return obs->TakeOverflow(); };
+  loop_->Start(std::move(take_overflow));
   return events;
 }
 

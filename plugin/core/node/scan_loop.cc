@@ -6,11 +6,12 @@
 
 namespace shmkeeper {
 
-ScanLoop::ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan)
-    : audit_interval_(audit_interval), scan_(std::move(scan)), interval_(interval) {}
+ScanLoop::ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan,
+                   Clock* clock)
+    : audit_interval_(audit_interval), scan_(std::move(scan)), clock_(clock), interval_(interval) {}
 
-void ScanLoop::Start(Observer* observer) {
-  observer_ = observer;
+void ScanLoop::Start(TakeOverflowFn take_overflow) {
+  take_overflow_ = std::move(take_overflow);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -49,17 +50,17 @@ void ScanLoop::Stop() {
 
 void ScanLoop::Run() {
   ::pthread_setname_np(::pthread_self(), "shmk-scan");  // top -H, the benchmarks' per-thread CPU
-  using Steady = std::chrono::steady_clock;
+  using Steady = Clock::TimePoint::clock;
   mu_.Lock();
-  auto last = Steady::now();
+  auto last = clock_->Now();
   auto next_audit = last + audit_interval_;
   auto last_overflow_walk = Steady::time_point{};
   while (!stop_) {
     auto wait = std::chrono::duration_cast<Steady::duration>(interval_);
-    if (observer_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - Steady::now()));
+    if (take_overflow_) wait = std::max(Steady::duration::zero(), std::min(wait, next_audit - clock_->Now()));
     // Until poked, stopped or the wait is over (a wakeup for anything else waits on).
-    for (auto until = Steady::now() + wait; !stop_ && !poked_ && !usage_poked_;) {
-      if (!cv_.WaitUntil(&mu_, until)) break;
+    for (auto until = clock_->Now() + wait; !stop_ && !poked_ && !usage_poked_;) {
+      if (!clock_->WaitUntil(&cv_, &mu_, until)) break;
     }
     if (stop_) break;
     // The earliest the asked-for scan may run: kMinGap after the last for a
@@ -69,7 +70,7 @@ void ScanLoop::Run() {
       auto gap = poked_
                      ? Steady::duration(kMinGap)
                      : std::min<Steady::duration>(kUsageGap, std::chrono::duration_cast<Steady::duration>(interval_));
-      if (!cv_.WaitUntil(&mu_, last + gap)) break;
+      if (!clock_->WaitUntil(&cv_, &mu_, last + gap)) break;
     }
     if (stop_) break;
     poked_ = false;
@@ -78,24 +79,24 @@ void ScanLoop::Run() {
     // slow audit; every other scan asks the observer.
     ScanDepth depth = ScanDepth::kWalk;
     const char* reason = "scan";
-    if (observer_) {
+    if (take_overflow_) {
       depth = ScanDepth::kObserve;
       // Lost events make every cached verdict stale, so scans re-probe every
       // file until then; the walk (pids, O_PATH holders) runs at most once
       // per kOverflowWalkGap.
-      if (Steady::now() - last_overflow_walk >= kOverflowWalkGap && observer_->TakeOverflow()) {
-        last_overflow_walk = Steady::now();
+      if (clock_->Now() - last_overflow_walk >= kOverflowWalkGap && take_overflow_()) {
+        last_overflow_walk = clock_->Now();
         depth = ScanDepth::kWalk;
         reason = "overflow";
-      } else if (Steady::now() >= next_audit) {
+      } else if (clock_->Now() >= next_audit) {
         depth = ScanDepth::kWalk;
         reason = "audit";
       }
-      if (depth == ScanDepth::kWalk) next_audit = Steady::now() + audit_interval_;
+      if (depth == ScanDepth::kWalk) next_audit = clock_->Now() + audit_interval_;
     }
     mu_.Unlock();
     scan_(depth, reason);
-    last = Steady::now();
+    last = clock_->Now();
     mu_.Lock();
   }
   mu_.Unlock();

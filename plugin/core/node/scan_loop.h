@@ -8,8 +8,12 @@
 // opens cannot buy a walk a second) and for the audit every
 // agent.auditInterval; an observer scan otherwise. Without it every scan walks.
 //
-// Ownership: owns its thread; borrows the observer (null in scan mode), which
-// must outlive Stop(). The scan callback is the agent's.
+// Time is the injected Clock's (RealClock() in the agent; unit tests advance
+// a FakeClock: scan_loop_test.cc).
+//
+// Ownership: owns its thread; borrows the clock, which must outlive it. The
+// scan and take-overflow callbacks are the agent's (the latter asks the
+// observer, and must stay valid until Stop()).
 // Thread-safety: Poke and SetInterval may be called from any thread (the
 // observer's, the watcher's, the event receiver's, a reload); Start and Stop
 // from the owner's. The callback runs on the loop's thread without the loop's
@@ -21,9 +25,9 @@
 #include <functional>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "node/node_scan.h"
-#include "node/observer.h"
 
 namespace shmkeeper {
 
@@ -31,17 +35,22 @@ class ScanLoop {
  public:
   // `reason` names the scan for the walk counters: scan, overflow, audit.
   using ScanFn = std::function<void(ScanDepth depth, const char* reason)>;
+  // True once after the observer lost events (Observer::TakeOverflow).
+  using TakeOverflowFn = std::function<bool()>;
   static constexpr auto kMinGap = std::chrono::seconds(1);
   static constexpr auto kUsageGap = std::chrono::seconds(5);
   static constexpr auto kOverflowWalkGap = std::chrono::seconds(10);
 
-  ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan);
+  ScanLoop(std::chrono::milliseconds interval, std::chrono::milliseconds audit_interval, ScanFn scan,
+           Clock* clock = RealClock());
   ~ScanLoop() { Stop(); }
   ScanLoop(const ScanLoop&) = delete;
   ScanLoop& operator=(const ScanLoop&) = delete;
 
   // Starts the thread; its first scan comes after the first interval or poke.
-  void Start(Observer* observer);
+  // With `take_overflow` (the observer runs) scans observe, and walk after
+  // lost events and for the audit; without it (scan mode) every scan walks.
+  void Start(TakeOverflowFn take_overflow);
   // Asks for a scan soon: something was created or went (a container, a
   // pod's tmpfs), or events were lost.
   void Poke() SHMK_EXCLUDES(mu_);
@@ -58,7 +67,8 @@ class ScanLoop {
 
   const std::chrono::milliseconds audit_interval_;
   const ScanFn scan_;
-  Observer* observer_ = nullptr;  // set by Start before the thread runs
+  Clock* const clock_;
+  TakeOverflowFn take_overflow_;  // set by Start before the thread runs
   Mutex mu_;
   CondVar cv_;
   std::chrono::milliseconds interval_ SHMK_GUARDED_BY(mu_);
