@@ -47,6 +47,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -617,6 +618,38 @@ TEST_F(ObserverMarksTest, AFailedReArmListsEveryScanUntilOneSucceeds) {
   EXPECT_TRUE(observer_->Layout(dev_).has_value());
   EXPECT_EQ(observer_->counters().rearms, 1);
   EXPECT_GE(CreateOneByOne(1, "second"), 1) << "re-armed";
+}
+
+TEST_F(ObserverMarksTest, AMarkOrReArmFailureIsReportedWithNoObserverLockHeld) {
+  // The Reporter's log is the agent's callback: it may ask the observer for
+  // its counters. Made from inside a lock, the report would block that call;
+  // the log asks on another thread and gives up after 5 s, so a regression
+  // fails here instead of hanging.
+  int answered = 0, blocked = 0;
+  std::vector<std::future<int64_t>> asks;  // a blocked ask ends once the lock goes; joined at the end
+  reporter_.SetLog([&](LogLevel, const std::string&) {
+    asks.push_back(std::async(std::launch::async, [&] { return observer_->counters().mark_failures; }));
+    (asks.back().wait_for(std::chrono::seconds(5)) == std::future_status::ready ? answered : blocked)++;
+  });
+  ObserverOptions opts;
+  opts.mark_fault = [this](dev_t) {
+    return mark_faults_-- > 0 ? Status::FromErrno(ENOSPC, "fanotify_mark") : Status::Ok();
+  };
+  observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, opts);
+  ASSERT_TRUE(observer_->Start().ok());
+  mark_faults_ = 1;  // the filesystem mark fails once
+  EXPECT_FALSE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  EXPECT_EQ(observer_->counters().mark_retries, 1);
+  // A re-arm that fails (after a create disarmed the tmpfs).
+  CreateOneByOne(1, "first");
+  ASSERT_EQ(observer_->counters().disarms, 1);
+  mark_faults_ = 1;
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_));
+  EXPECT_EQ(reporter_.Count(kObserverMarkErrors), 2);
+  EXPECT_EQ(answered, 2) << "the positive control: each failure reached the log";
+  EXPECT_EQ(blocked, 0) << "a report was made with an observer lock held";
+  observer_.reset();  // before the log's captures go
 }
 
 TEST_F(ObserverMarksTest, ADisarmedTmpfsIsNotPinned) {

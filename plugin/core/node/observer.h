@@ -81,7 +81,8 @@
 // callbacks run on the observer's thread and must not call back into it.
 //
 // Lock order (SHMK_ACQUIRED_BEFORE below; each object's locks are private):
-//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_  ->  Reporter's mutex
+//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_; the Reporter's mutex is
+// taken with at most drain_mu_ held (a report is made after mu_ and arm_mu_ are released),
 // and Fanotify's mutex is a leaf: the observer calls Fanotify::Mark,
 // Creates and Forget with at most drain_mu_ or arm_mu_ held, never mu_, and
 // Fanotify::Read decodes under its own lock and calls its callback after
@@ -93,9 +94,9 @@
 //  - the probers log (SetProbers): from RefreshProbers, with drain_mu_ held
 //    (not mu_);
 //  - the Reporter's log: Reporter::Report calls it after releasing the
-//    Reporter's mutex, but a mark or re-arm failure is reported from Watch
-//    or Rearm with mu_ (and, for Rearm, arm_mu_) held: such a log must not
-//    call into the observer;
+//    Reporter's mutex; the observer reports with none of its locks held,
+//    except a prober-registry failure (RefreshProbers, drain_mu_ held): that
+//    log must not call into the observer;
 //  - a Reopen (Watch): from Disarm (in Drain), with drain_mu_ held, before
 //    arm_mu_ and mu_ are taken.
 // The Scanner calls the observer from its one thread and holds none of

@@ -35,19 +35,21 @@ bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now, Reopen reopen) {
              : opts_.mark_fault ? opts_.mark_fault(dev)
                                 : Status::Ok();
   if (s.ok()) s = fan_->Mark(dir_fd, dev);
-  MutexLock l(&mu_);
-  if (s.ok()) {
-    watched_[dev] = *fsid;
-    disarmed_.erase(dev);
-    layout_[dev]++;  // a new mark: nothing measured before it counts
-    if (unmarked_.erase(dev)) counters_.mark_retries++;
-    if (marked_now) *marked_now = true;
-    return true;
+  {
+    MutexLock l(&mu_);
+    if (s.ok()) {
+      watched_[dev] = *fsid;
+      disarmed_.erase(dev);
+      layout_[dev]++;  // a new mark: nothing measured before it counts
+      if (unmarked_.erase(dev)) counters_.mark_retries++;
+      if (marked_now) *marked_now = true;
+      return true;
+    }
+    // Never a mode: the next Watch tries again; meanwhile its files are kept.
+    unmarked_[dev] = fsid.ok() ? *fsid : 0;
+    counters_.mark_failures++;
   }
-  // Never a mode: the next Watch tries again; meanwhile its files are kept.
-  unmarked_[dev] = fsid.ok() ? *fsid : 0;
-  counters_.mark_failures++;
-  if (reporter_) {
+  if (reporter_) {  // without the lock: the report logs through the agent's callback
     reporter_->Report(kObserverMarkErrors, "cannot observe the tmpfs of device " + std::to_string(dev) +
                                                " (its files are kept until a later scan marks it): " + s.message());
   }
@@ -88,22 +90,27 @@ void Observer::ForgetDeviceLocked(dev_t dev) {
 }
 
 void Observer::Rearm(int dir_fd, dev_t dev) {
-  MutexLock a(&arm_mu_);
+  Status s;
+  bool first_failure = false;
   {
+    MutexLock a(&arm_mu_);
+    {
+      MutexLock l(&mu_);
+      if (!disarmed_.count(dev)) return;
+    }
+    s = opts_.mark_fault ? opts_.mark_fault(dev) : Status::Ok();
+    if (s.ok()) s = fan_->Creates(dir_fd, true);
     MutexLock l(&mu_);
-    if (!disarmed_.count(dev)) return;
+    layout_[dev]++;  // creates while disarmed were no events: the listing cache must not be reused
+    if (s.ok()) {
+      disarmed_.erase(dev);
+      arm_failed_.erase(dev);
+      counters_.rearms++;
+      return;
+    }
+    first_failure = arm_failed_.insert(dev).second;
   }
-  Status s = opts_.mark_fault ? opts_.mark_fault(dev) : Status::Ok();
-  if (s.ok()) s = fan_->Creates(dir_fd, true);
-  MutexLock l(&mu_);
-  layout_[dev]++;  // creates while disarmed were no events: the listing cache must not be reused
-  if (s.ok()) {
-    disarmed_.erase(dev);
-    arm_failed_.erase(dev);
-    counters_.rearms++;
-    return;
-  }
-  if (arm_failed_.insert(dev).second && reporter_) {
+  if (first_failure && reporter_) {  // without the locks: the report logs through the agent's callback
     reporter_->Report(kObserverMarkErrors, "cannot re-arm the create events of the tmpfs of device " +
                                                std::to_string(dev) + " (listed every scan): " + s.message());
   }
