@@ -96,6 +96,9 @@ def start_holders(tmp, shm, rng, seed):
     # file is still caught at once by its link count).
     t_sub = ["-t", HOLD_SECONDS, "-s", seed, "-w", 30]
     holders.append(Holder(tmp, "private-fd-sub", "private-fd", *t_sub, *sub_held))
+    # It opens its files through the directory's path: before the swapping starts, or under load it
+    # may open the decoys through the symlink and leave the real files unheld (true leaks then).
+    holders[-1].wait_ready()
     for p in sub_leaks + sub_held:
         (outside / p.name).write_bytes(b"o" * 4096)
     holders.append(Holder(tmp, "dir-swap", "swap", *t, "-p", sub, "-v", outside))
