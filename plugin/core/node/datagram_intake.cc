@@ -2,8 +2,9 @@
 
 namespace shmkeeper {
 
-DatagramIntake::DatagramIntake(std::shared_ptr<CreatorBook> creators, std::function<void()> poke, Reporter::Log log)
-    : creators_(std::move(creators)), poke_(std::move(poke)), log_(std::move(log)) {}
+DatagramIntake::DatagramIntake(std::shared_ptr<CreatorBook> creators, std::function<void()> poke, Reporter::Log log,
+                               Clock* clock)
+    : creators_(std::move(creators)), poke_(std::move(poke)), log_(std::move(log)), clock_(clock) {}
 
 void DatagramIntake::OnDatagram(pid_t sender, uid_t uid, const std::string& payload) {
   Json doc = Json::parse(payload, nullptr, /*allow_exceptions=*/false);
@@ -30,7 +31,7 @@ void DatagramIntake::Reject(ClaimRejection why, pid_t sender, const std::string&
   {
     MutexLock l(&mu_);
     rejected_[ClaimRejectionName(why)]++;
-    auto now = std::chrono::steady_clock::now();
+    auto now = clock_->Now();
     if (now - window_ >= kWindow) {
       if (dropped_) line = std::to_string(dropped_) + " more refused datagrams were not logged; ";
       window_ = now;

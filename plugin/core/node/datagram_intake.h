@@ -6,7 +6,8 @@
 // counted and summarized in the next line).
 //
 // Ownership: shares the CreatorBook with the Scanner; `poke` and `log` are
-// called from the receiver's thread and must outlive the intake.
+// called from the receiver's thread and must outlive the intake; the clock
+// (the log's window; base/clock.h) too.
 // Thread-safety: every method may be called from any thread. OnDatagram
 // blocks on /proc (the claim's checks), the book's mutex, this object's mutex
 // (held only to count) and whatever `poke` and `log` block on.
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "node/creator_book.h"
 #include "node/reporter.h"
@@ -31,7 +33,8 @@ class DatagramIntake {
  public:
   static constexpr int kLinesPerWindow = 10;
 
-  DatagramIntake(std::shared_ptr<CreatorBook> creators, std::function<void()> poke, Reporter::Log log);
+  DatagramIntake(std::shared_ptr<CreatorBook> creators, std::function<void()> poke, Reporter::Log log,
+                 Clock* clock = RealClock());
 
   // One datagram from `sender` (pid and uid as the kernel reported them).
   void OnDatagram(pid_t sender, uid_t uid, const std::string& payload) SHMK_EXCLUDES(mu_);
@@ -44,10 +47,11 @@ class DatagramIntake {
   const std::shared_ptr<CreatorBook> creators_;
   const std::function<void()> poke_;
   const Reporter::Log log_;
+  Clock* const clock_;
   mutable Mutex mu_;
   std::map<std::string, int64_t> rejected_ SHMK_GUARDED_BY(mu_);
   // The log lines' rate limit: a window and what was logged or dropped in it.
-  std::chrono::steady_clock::time_point window_ SHMK_GUARDED_BY(mu_){};
+  Clock::TimePoint window_ SHMK_GUARDED_BY(mu_){};
   int logged_ SHMK_GUARDED_BY(mu_) = 0;
   int64_t dropped_ SHMK_GUARDED_BY(mu_) = 0;
 };
