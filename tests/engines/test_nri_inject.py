@@ -5,8 +5,8 @@ kubelet does. The agent reads the container's image from containerd's
 snapshot (agent.criSocket) to tell a glibc image, and answers CreateContainer
 with the wrapper's mounts, env, devices and rlimits (agent/nri_rootfs.h).
 
-The same containerd also has a `shmkeeper` runtime handler whose runtime is
-build/plugin/shmkeeper-runtime (what `shmkeeper install containerd` adds), so
+The same containerd also has the `shmkeeper` runtime handler that `shmkeeper
+install containerd` adds (build/plugin/shmkeeper-runtime), so
 one policy file serves both paths: the runtime-handler pods are created while
 the agent is stopped (no NRI plugin: the wrapper alone injects), the NRI pods
 on the default runc handler while it is connected."""
@@ -20,6 +20,7 @@ from harness import (AGENTD, BUILD, CRI_TOOL, PAUSE_IMAGE, RUNTIME, SHMGROW, df_
 from test_nri import NriAgent
 
 import sidroot
+from engines_env import shmkeeper
 
 MiB = 1 << 20
 GLIBC_IMAGE = "shmkeeper.test/glibc:nri"
@@ -37,17 +38,13 @@ def ctd(ns, rootfs, tmp_path_factory):
     engine.events = base / "events"
     engine.nri_sock = base / "nri.sock"
     engine.env = {"SHMKEEPER_CONFIG": str(engine.policy)}
-    rt = '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.shmkeeper'
-    engine.extra_config = f"""{rt}]
-  runtime_type = "io.containerd.runc.v2"
-  {rt}.options]
-    BinaryName = "{RUNTIME}"
-    Root = "{base}/runc"
-[plugins."io.containerd.nri.v1.nri"]
+    engine.extra_config = f"""[plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "{engine.nri_sock}"
 """
     engine.write_config()
+    # The runtime handler as users get it: `shmkeeper install containerd` (the static CLI, in the sid root).
+    shmkeeper(ns, "install", "containerd", "--config", engine.config, "--runtime-path", RUNTIME)
     engine.events.mkdir(parents=True, exist_ok=True)
     engine.start()
     for tag, root, cmd in [(PAUSE_IMAGE, rootfs, ["/bin/sleep", "2147483647"]),
