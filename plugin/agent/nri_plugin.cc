@@ -145,7 +145,7 @@ Result<api::CreateContainerResponse> NriPlugin::CreateContainer(const api::Creat
 }
 
 api::ContainerAdjustment NriPlugin::Inject(const api::CreateContainerRequest& req, const Config& config,
-                                          const std::string& who) {
+                                           const std::string& who) {
   NriInjection inj = InjectThroughRuntime(*runtime_os_, req.pod(), req.container(), config);
   stats_->Injected("preload", PreloadOutcome(inj.preload));
   if (!inj.cuda.empty()) stats_->Injected("cuda-ipc", inj.cuda == "cuda-ipc" ? "injected" : "skipped");

@@ -53,8 +53,8 @@ NriInjection DecodeInjection(const std::string& text, const Spec& before) {
   NriInjection inj;
   Json doc = Json::parse(text, nullptr, false);
   auto spec = doc.is_object() ? doc.find("spec") : doc.end();
-  Result<Spec> after = spec != doc.end() ? Spec::Parse(DumpJson(*spec), "the injected spec")
-                                         : Result<Spec>(Status::Internal("no spec"));
+  Result<Spec> after =
+      spec != doc.end() ? Spec::Parse(DumpJson(*spec), "the injected spec") : Result<Spec>(Status::Internal("no spec"));
   if (!after.ok()) {
     inj.preload = "skip: " + std::string(kNoImage) + ": an unreadable answer from the runtime's mount namespace";
     return inj;
@@ -149,7 +149,8 @@ NriInjection InjectThroughRuntime(RuntimeMountNsOs& ns, const api::PodSandbox& p
       if (r.ok()) root = std::move(*r);
       if (!r.ok()) why = std::string(kNoImage) + ": " + r.status().message();
     }
-    Result<Spec> spec = NriContainerSpec(pod, container, root.valid() ? "/proc/self/fd/" + std::to_string(root.get()) : "");
+    Result<Spec> spec =
+        NriContainerSpec(pod, container, root.valid() ? "/proc/self/fd/" + std::to_string(root.get()) : "");
     if (!spec.ok()) return std::string("E") + spec.status().message();
     NriInjection inj = InjectIntoSpec(&*spec, config, root.valid() ? "" : why, runtime_dir);
     return EncodeInjection(inj, *spec);

@@ -4,6 +4,8 @@
 // /proc/devices, as tests/unit/cuda_ipc_test.cc does for the wrapper), each
 // through InjectForNri, the function CreateContainer answers with. The real
 // containerd drives it in tests/engines/test_nri_inject.py.
+#include "nri_inject.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -14,8 +16,11 @@
 #include <map>
 #include <set>
 
-#include "nri_inject.h"
 #include "support/temp_dir.h"
+
+// sysmacros' major()/minor() would rewrite LinuxDevice's accessors.
+#undef major
+#undef minor
 
 namespace shmkeeper::agent {
 namespace {
@@ -44,10 +49,10 @@ class NriInjectTest : public ::testing::Test {
       const char* name;
       unsigned major, minor;
     };
-    for (const Node& n : {Node{"nvidia0", 195, 0}, Node{"nvidia1", 195, 1}, Node{"nvidiactl", 195, 255},
-                          Node{"nvidia-uvm", 511, 0}, Node{"nvidia-uvm-tools", 511, 1},
-                          Node{"nvidia-caps/nvidia-cap1", 510, 1}}) {
-      if (::mknod((dir_ / "dev/" + n.name).c_str(), S_IFCHR | 0666, ::makedev(n.major, n.minor)) != 0) {
+    for (const Node& n :
+         {Node{"nvidia0", 195, 0}, Node{"nvidia1", 195, 1}, Node{"nvidiactl", 195, 255}, Node{"nvidia-uvm", 511, 0},
+          Node{"nvidia-uvm-tools", 511, 1}, Node{"nvidia-caps/nvidia-cap1", 510, 1}}) {
+      if (::mknod((dir_ / "dev/" + n.name).c_str(), S_IFCHR | 0666, makedev(n.major, n.minor)) != 0) {
         if (errno == EPERM) GTEST_SKIP() << "mknod needs CAP_MKNOD (run as root)";
         FAIL() << "mknod " << n.name << ": " << errno;
       }

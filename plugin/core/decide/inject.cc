@@ -228,7 +228,7 @@ InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& 
   }
   if (dir.empty()) return Skip(covered + ": nothing is created inside a mount");
   if (Status s = mount_points == MountPoints::kCreate ? MakeMountPoints(root_fd.get(), dir, !events_dir.empty())
-                                                     : CheckMountPoints(root_fd.get(), dir, !events_dir.empty());
+                                                      : CheckMountPoints(root_fd.get(), dir, !events_dir.empty());
       !s.ok()) {
     return Skip("refused: " + s.message());
   }
