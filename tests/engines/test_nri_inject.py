@@ -209,3 +209,28 @@ def test_nri_and_the_runtime_handler_give_the_same_pods_the_same_dev_shm_and_the
     assert ours == [("/run/shmkeeper/events", "bind", str(ctd.events), ("bind", "ro", "nosuid", "nodev", "noexec")),
                     ("/run/shmkeeper/libshmkeeper-preload.so", "bind", str(LIBRARY),
                      ("bind", "ro", "nosuid", "nodev"))], ours
+
+
+def test_nri_an_image_the_agent_cannot_read_is_created_sized_without_the_preload_counted_and_logged(
+        ctd, agent, pods, tmp_path_factory):
+    """agent.criSocket none: the agent cannot read the container's image, so it cannot tell glibc. The pod is
+    created and sized all the same, with no preload (the overfill dies of SIGBUS), the skip is counted as
+    undecided and logged as a warning with the reason. Control: the same pod with the agent that reads the
+    image (the first test) gets ENOSPC."""
+    agent.stop()
+    blind = InjectingAgent(tmp_path_factory.mktemp("nri-blind-agent"), ctd)
+    blind.config = blind.base / "blind.yaml"
+    blind.config.write_text(ctd.policy.read_text().replace(f"criSocket: {ctd.endpoint}", "criSocket: none"))
+    blind.start()
+    try:
+        pod = pods("nri", "blind", {"shmkeeper.io/shm-size": "32Mi"}).start(GLIBC_IMAGE, OVERFILL)
+        out = pod.output()
+        assert out.splitlines()[0] == "none" and "exit=135" in out, out
+        m = blind.metrics()
+        assert m['shmkeeper_nri_injections_total{what="preload",outcome="undecided"}'] == 1
+        assert m['shmkeeper_nri_decisions_total{action="resize"}'] == 1  # sized: 64 MiB -> 32 MiB
+        line = blind.wait_log("nri/blind container main: inject skip: the image cannot be read")[0]
+        assert line["level"] == "warning" and "agent.criSocket is none" in line["msg"], line
+    finally:
+        blind.stop()
+        agent.start()
