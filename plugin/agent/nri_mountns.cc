@@ -15,7 +15,7 @@
 namespace shmkeeper::agent {
 namespace {
 
-// Runs `fn` in a child joined to the mount namespace `ns_fd`; `fn`'s text
+// Runs `fn` in a child joined to the mount namespace `ns_fd` (-1: the agent's own); `fn`'s text
 // comes back (at most 64 KiB). The child only makes system calls and
 // formats text.
 Result<std::string> InNamespace(int ns_fd, const std::function<std::string()>& fn) {
@@ -30,7 +30,8 @@ Result<std::string> InNamespace(int ns_fd, const std::function<std::string()>& f
   }
   if (pid == 0) {
     ::close(p[0]);
-    std::string out = ::setns(ns_fd, CLONE_NEWNS) == 0 ? fn() : std::string("Esetns: ") + std::strerror(errno);
+    std::string out =
+        ns_fd < 0 || ::setns(ns_fd, CLONE_NEWNS) == 0 ? fn() : std::string("Esetns: ") + std::strerror(errno);
     size_t at = 0;
     while (at < out.size()) {
       ssize_t n = ::write(p[1], out.data() + at, out.size() - at);
@@ -123,6 +124,10 @@ Result<std::string> RuntimeMountNsOs::RealPath(const std::string& path) {
                         }));
   SHMK_RETURN_IF_ERROR(Decode(out));
   return out.substr(1);
+}
+
+Result<std::string> RuntimeMountNsOs::RunInChild(const std::function<std::string()>& fn) {
+  return InNamespace(ns_fd_, fn);
 }
 
 }  // namespace shmkeeper::agent

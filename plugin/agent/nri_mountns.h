@@ -11,7 +11,9 @@
 // Thread-safety: as `base`; the namespace fd is owned and closed here.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "base/os.h"
 
@@ -29,6 +31,12 @@ class RuntimeMountNsOs : public Os {
   int64_t HostMemoryBytes() override { return base_->HostMemoryBytes(); }
   Result<std::string> RealPath(const std::string& path) override;
   int64_t PageSize() override { return base_->PageSize(); }
+
+  // Runs `fn` in a short-lived child in the runtime's mount namespace (the
+  // agent's own when not joined: a child all the same, so that what `fn`
+  // mounts or changes in its process ends with it); `fn`'s text comes back
+  // (at most 64 KiB). `fn` only makes system calls and formats text.
+  Result<std::string> RunInChild(const std::function<std::string()>& fn);
 
   // Whether calls go through the runtime's namespace (false: directly).
   bool joined() const { return ns_fd_ >= 0; }

@@ -9,6 +9,7 @@
 #include "decide/size_container.h"
 #include "nri_decide.h"
 #include "nri_mountns.h"
+#include "nri_rootfs.h"
 
 namespace shmkeeper::agent {
 namespace api = ::nri::pkg::api::v1alpha1;
@@ -138,7 +139,20 @@ Result<api::CreateContainerResponse> NriPlugin::CreateContainer(const api::Creat
     log_("info", "NRI: " + who + ": /dev/shm " + std::to_string(d->plan.old_bytes) + " -> " +
                      std::to_string(d->plan.new_bytes) + " bytes (" + d->plan.source + ")");
   }
-  return api::CreateContainerResponse();
+  api::CreateContainerResponse resp;
+  if (runtime_os_) *resp.mutable_adjust() = Inject(req, config, who);
+  return resp;
+}
+
+api::ContainerAdjustment NriPlugin::Inject(const api::CreateContainerRequest& req, const Config& config,
+                                           const std::string& who) {
+  NriInjection inj = InjectThroughRuntime(*runtime_os_, req.pod(), req.container(), config);
+  stats_->Injected("preload", PreloadOutcome(inj.preload));
+  if (!inj.cuda.empty()) stats_->Injected("cuda-ipc", inj.cuda == "cuda-ipc" ? "injected" : "skipped");
+  std::string line = "NRI: " + who + ": inject " + inj.preload + (inj.cuda.empty() ? "" : "; cuda " + inj.cuda);
+  for (const std::string& n : inj.notes) line += "; " + n;
+  log_(PreloadOutcome(inj.preload) == "undecided" ? "warning" : "info", line);
+  return std::move(inj.adjust);
 }
 
 }  // namespace shmkeeper::agent

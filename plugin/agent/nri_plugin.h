@@ -20,6 +20,7 @@
 #include "base/os.h"
 #include "decide/config.h"
 #include "node/nri_stats.h"
+#include "nri_mountns.h"
 #include "nri_session.h"
 
 namespace shmkeeper::agent {
@@ -42,6 +43,9 @@ class NriPlugin : public NriHandler {
 
  private:
   void Loop();
+  // The wrapper's injection as the adjustment (nri_rootfs.h), counted and logged.
+  ::nri::pkg::api::v1alpha1::ContainerAdjustment Inject(const ::nri::pkg::api::v1alpha1::CreateContainerRequest& req,
+                                                        const Config& config, const std::string& who);
   // Connects to socket_; the fd, or why not.
   Result<int> Connect();
   // Waits `d` or until Stop; returns false when stopping.
@@ -56,7 +60,7 @@ class NriPlugin : public NriHandler {
 
   // The runtime's mount namespace, for the connection in progress (the
   // plugin's thread only).
-  std::unique_ptr<Os> runtime_os_;
+  std::unique_ptr<RuntimeMountNsOs> runtime_os_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -77,5 +77,19 @@ TEST_F(SafePath, LandingPathResolvesTheImagesSymlinksInsideIt) {
   EXPECT_EQ(LandingPath(root_fd_.get(), host, "/nothing/here"), "/nothing/here");
 }
 
+// A root whose path is "/" (the NRI plugin's image: an overlay attached
+// nowhere, whose fds read back as "/..."): every path is below it.
+TEST_F(SafePath, LandingPathUnderARootAtSlash) {
+  fs::create_directories(root_ + "/run");
+  fs::create_directories(root_ + "/var");
+  fs::create_directory_symlink("../run", root_ + "/var/run");
+  UniqueFd slash(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(slash.valid());
+  std::string image = fs::canonical(root_).string();
+  // Resolved (the lexical path came back before: "/" + "/" never prefixed anything).
+  EXPECT_EQ(LandingPath(slash.get(), "/", image + "/var/run/x"), image + "/run/x");
+  EXPECT_EQ(LandingPath(slash.get(), "/", "/nothing/here"), "/nothing/here");
+}
+
 }  // namespace
 }  // namespace shmkeeper

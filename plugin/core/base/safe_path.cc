@@ -105,8 +105,10 @@ std::string LandingPath(int root_fd, const std::string& host_root, std::string_v
     if (!fd.ok()) continue;
     std::error_code ec;
     std::string real = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd->get()), ec).string();
-    if (ec || (real != host_root && !real.starts_with(host_root + "/"))) break;
-    std::string landed = real.substr(host_root.size());
+    // A root at "/" (a detached mount, a host process's /proc/<pid>/root) holds every path.
+    const std::string base = host_root == "/" ? "" : host_root;
+    if (ec || (real != host_root && !real.starts_with(base + "/"))) break;
+    std::string landed = real.substr(base.size());
     for (size_t i = n; i < parts.size(); ++i) landed += "/" + parts[i];
     return NormalizePath(landed);
   }

@@ -86,6 +86,36 @@ Status MakeMountPoints(int root_fd, const std::string& dir, bool events) {
   return e.ok() ? Status::Ok() : Status::Invalid(dir + e.status().message());
 }
 
+// kCheck: what MakeMountPoints would refuse, found without creating anything.
+// A missing component ends the walk: the runtime creates the rest inside the
+// rootfs, below a directory that is the image's own.
+Status CheckMountPoints(int root_fd, const std::string& dir, bool events) {
+  std::vector<std::pair<std::string, bool>> paths;  // relative path, must be a directory
+  std::string at;
+  for (size_t i = 1, next = 0; i < dir.size(); i = next + 1) {
+    next = dir.find('/', i);
+    if (next == std::string::npos) next = dir.size();
+    at += (at.empty() ? "" : "/") + dir.substr(i, next - i);
+    paths.emplace_back(at, true);
+  }
+  paths.emplace_back(at + "/" + kPreloadFile, false);
+  if (events) paths.emplace_back(at + "/" + kEventsDir, true);
+  for (const auto& [path, is_dir] : paths) {
+    Result<UniqueFd> fd = OpenNoSymlinks(root_fd, path, O_PATH | O_NOFOLLOW);
+    if (!fd.ok() && fd.status().err() == ENOENT) {
+      if (is_dir) return Status::Ok();
+      continue;
+    }
+    if (!fd.ok()) return Status::Invalid("/" + path + " is not a plain " + (is_dir ? "directory" : "file"));
+    struct stat st {};
+    if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "/" + path);
+    if (is_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+      return Status::Invalid("/" + path + " is not a plain " + (is_dir ? "directory" : "file"));
+    }
+  }
+  return Status::Ok();
+}
+
 Json BindMount(const std::string& dest, const std::string& source, bool noexec) {
   Json opts = Json::array({"bind", "ro", "nosuid", "nodev"});
   if (noexec) opts.push_back("noexec");
@@ -169,8 +199,8 @@ std::string DecideReserve(Spec* spec, const Config& config) {
 
 }  // namespace
 
-InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config,
-                           const std::string& runtime_dir) {
+InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config, const std::string& runtime_dir,
+                           MountPoints mount_points) {
   if (!config.inject.preload) return Skip("inject.preload is off");
   if (IsFalse(spec->Annotation(kInjectAnnotation))) return Skip("annotation shmkeeper.io/inject is false");
   if (IsFalse(spec->Env(kInjectEnv))) return Skip("SHMKEEPER_INJECT=0");
@@ -197,7 +227,9 @@ InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& 
     covered += (covered.empty() ? "" : "; ") + std::string(candidate) + " is under the container's mount " + *over;
   }
   if (dir.empty()) return Skip(covered + ": nothing is created inside a mount");
-  if (Status s = MakeMountPoints(root_fd.get(), dir, !events_dir.empty()); !s.ok()) {
+  if (Status s = mount_points == MountPoints::kCreate ? MakeMountPoints(root_fd.get(), dir, !events_dir.empty())
+                                                      : CheckMountPoints(root_fd.get(), dir, !events_dir.empty());
+      !s.ok()) {
     return Skip("refused: " + s.message());
   }
   // First in the list: the mount points are made in the image, before any of

@@ -29,6 +29,14 @@ inline constexpr const char* kPreloadFallbackDir = "/.shmkeeper";
 inline constexpr const char* kPreloadFile = "libshmkeeper-preload.so";
 inline constexpr const char* kEventsDir = "events";
 
+// Who makes the mount points in the image: the wrapper (kCreate: in the
+// image, before runc reads the spec), or the runtime itself (kCheck: the NRI
+// plugin sees a read-only view of the image; runc creates what is missing,
+// inside the rootfs). kCheck refuses what kCreate refuses (a symlink or a
+// non-directory on the way, a non-file at the library's place) and creates
+// nothing.
+enum class MountPoints { kCreate, kCheck };
+
 struct InjectResult {
   bool changed = false;  // the spec was edited
   std::string what;      // "preload", "skip: <why>", ...
@@ -51,6 +59,7 @@ struct InjectResult {
 // decided (annotation, env, policy) and, when the annotation or the policy
 // decides, written as SHMKEEPER_PRELOAD_RESERVE=1 or =0 into the env,
 // replacing the container's own value.
-InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config, const std::string& runtime_dir);
+InjectResult InjectPreload(Spec* spec, const std::string& bundle, const Config& config, const std::string& runtime_dir,
+                           MountPoints mount_points = MountPoints::kCreate);
 
 }  // namespace shmkeeper

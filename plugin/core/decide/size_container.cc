@@ -11,9 +11,6 @@
 #include "decide/spec.h"
 
 namespace shmkeeper {
-namespace {
-
-// Where this binary lives (the preload library is looked up next to it).
 std::string ExecutableDir() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -21,8 +18,6 @@ std::string ExecutableDir() {
   std::string self(buf, static_cast<size_t>(n));
   return self.substr(0, self.rfind('/'));
 }
-
-}  // namespace
 
 Status SizeContainerShm(const std::string& bundle, const std::string& container_id, const Config& config, Applier who,
                         Os& os, std::vector<Status>* warnings) {

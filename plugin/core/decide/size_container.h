@@ -31,4 +31,8 @@ enum class FailureOutcome { kRefuse, kPassThrough };
 // `onInternalError: fail`, else the container goes on as the engine made it.
 FailureOutcome OutcomeOfFailure(const Status& failure, bool config_loaded, const Config& config);
 
+// Where this binary lives: the preload library is looked up next to it when
+// inject.library is unset ("/usr/local/bin" when /proc/self/exe is unreadable).
+std::string ExecutableDir();
+
 }  // namespace shmkeeper

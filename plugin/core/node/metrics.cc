@@ -55,6 +55,17 @@ void RenderNriMetrics(const NriState& n, Help& help, std::ostringstream& o) {
   help("shmkeeper_nri_failures_total", "counter",
        "CreateContainer calls that failed inside the agent, answered per onInternalError (no adjustment, or refused).");
   o << "shmkeeper_nri_failures_total " << n.failures << "\n";
+  help("shmkeeper_nri_injections_total", "counter",
+       "The sharing runtime's injection answered to CreateContainer, by what (preload, cuda-ipc) and outcome "
+       "(injected; skipped: an opt-out, the policy, a non-glibc image; undecided: the image could not be read).");
+  for (const char* what : {"preload", "cuda-ipc"}) {
+    for (const char* outcome : {"injected", "skipped", "undecided"}) {
+      if (std::string(what) == "cuda-ipc" && std::string(outcome) == "undecided") continue;
+      auto it = n.injections.find(std::string(what) + "/" + outcome);
+      o << "shmkeeper_nri_injections_total{what=\"" << what << "\",outcome=\"" << outcome << "\"} "
+        << (it == n.injections.end() ? 0 : it->second) << "\n";
+    }
+  }
 }
 
 }  // namespace

@@ -48,6 +48,11 @@ void NriStats::Failed() {
   ++state_.failures;
 }
 
+void NriStats::Injected(const std::string& what, const std::string& outcome) {
+  MutexLock l(&mu_);
+  ++state_.injections[what + "/" + outcome];
+}
+
 NriState NriStats::state() const {
   MutexLock l(&mu_);
   return state_;

@@ -23,6 +23,11 @@ struct NriState {
   std::map<std::string, int64_t> decisions;   // by action: resize, keep, skip
   int64_t refusals = 0;                       // CreateContainer answered with the wrapper's refusal
   int64_t failures = 0;                       // internal failures answered per onInternalError
+  // Injections answered (the wrapper's, as adjustments), by "what/outcome":
+  // what preload or cuda-ipc; outcome injected, skipped (an opt-out, the
+  // policy, a non-glibc image, ...) or undecided (preload only: the image
+  // could not be read, so it was not injected).
+  std::map<std::string, int64_t> injections;
 };
 
 class NriStats {
@@ -36,6 +41,7 @@ class NriStats {
   void Decided(const std::string& action) SHMK_EXCLUDES(mu_);
   void Refused() SHMK_EXCLUDES(mu_);
   void Failed() SHMK_EXCLUDES(mu_);
+  void Injected(const std::string& what, const std::string& outcome) SHMK_EXCLUDES(mu_);
   NriState state() const SHMK_EXCLUDES(mu_);
 
  private:
