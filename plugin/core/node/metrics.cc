@@ -55,6 +55,18 @@ void RenderNriMetrics(const NriState& n, Help& help, std::ostringstream& o) {
   help("shmkeeper_nri_failures_total", "counter",
        "CreateContainer calls that failed inside the agent, answered per onInternalError (no adjustment, or refused).");
   o << "shmkeeper_nri_failures_total " << n.failures << "\n";
+  help("shmkeeper_nri_late_total", "counter",
+       "Pods created while the agent was away (stopped, restarting, too slow for the runtime's timeout), caught up "
+       "at a (re)connection, by outcome: resized (after their first process started: sized by nri-late), refused "
+       "(a bad size, left as it is), failed.");
+  for (const char* outcome : {"resized", "refused", "failed"}) {
+    auto it = n.late.find(outcome);
+    o << "shmkeeper_nri_late_total{outcome=\"" << outcome << "\"} " << (it == n.late.end() ? 0 : it->second) << "\n";
+  }
+  help("shmkeeper_nri_abandoned_total", "counter",
+       "CreateContainer calls the runtime stopped waiting for (its plugin request timeout): not decided; the pod is "
+       "caught up at the next connection.");
+  o << "shmkeeper_nri_abandoned_total " << n.abandoned << "\n";
 }
 
 }  // namespace

@@ -48,6 +48,16 @@ void NriStats::Failed() {
   ++state_.failures;
 }
 
+void NriStats::CaughtUp(const std::string& outcome) {
+  MutexLock l(&mu_);
+  ++state_.late[outcome];
+}
+
+void NriStats::Abandoned() {
+  MutexLock l(&mu_);
+  ++state_.abandoned;
+}
+
 NriState NriStats::state() const {
   MutexLock l(&mu_);
   return state_;

@@ -23,6 +23,11 @@ struct NriState {
   std::map<std::string, int64_t> decisions;   // by action: resize, keep, skip
   int64_t refusals = 0;                       // CreateContainer answered with the wrapper's refusal
   int64_t failures = 0;                       // internal failures answered per onInternalError
+  // Pods created while the agent was away, caught up at a (re)connection, by
+  // outcome: resized (late: their first process saw the runtime's size),
+  // refused (a bad size, left as it is), failed.
+  std::map<std::string, int64_t> late;
+  int64_t abandoned = 0;  // CreateContainer calls the runtime stopped waiting for (its timeout): not decided
 };
 
 class NriStats {
@@ -36,6 +41,8 @@ class NriStats {
   void Decided(const std::string& action) SHMK_EXCLUDES(mu_);
   void Refused() SHMK_EXCLUDES(mu_);
   void Failed() SHMK_EXCLUDES(mu_);
+  void CaughtUp(const std::string& outcome) SHMK_EXCLUDES(mu_);
+  void Abandoned() SHMK_EXCLUDES(mu_);
   NriState state() const SHMK_EXCLUDES(mu_);
 
  private:
