@@ -168,10 +168,11 @@ def test_nri_a_stopped_agent_does_not_hang_pod_creation_and_catches_up_after_sig
     print(f"CreateContainer with the agent stopped took {took:.1f} s (plugin_request_timeout {REQUEST_TIMEOUT_S}s)")
     assert took < REQUEST_TIMEOUT_S + 30, took  # no hang: the runtime's timeout, not the agent, ends the wait
     assert stopped.first_df_kib("a") == 64 * MiB // 1024
-    agent.wait_log("NRI: the runtime stopped waiting for CreateContainer of nri/stopped", after=seen)
-    agent.wait_log("NRI: synchronized", after=seen)
+    agent.wait_log("NRI: synchronized", after=seen)  # the reconnection's
     assert now_kib(stopped, "a") == 2 * GiB // 1024
+    # Not "nri": the request read after SIGCONT was not applied as if in time.
     agent.pod("stopped", sized_by="nri-late")
+    agent.wait_log("NRI: the runtime stopped waiting for CreateContainer of nri/stopped", after=seen)
     after = agent.metrics()
     assert after["shmkeeper_nri_abandoned_total"] == before["shmkeeper_nri_abandoned_total"] + 1
     assert after['shmkeeper_nri_late_total{outcome="resized"}'] == \
