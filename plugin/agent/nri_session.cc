@@ -136,8 +136,8 @@ Status Handle(int fd, const TtrpcMessage& m, NriHandler& handler, SessionState& 
     if (parsed) HandleAfterClose(req, handler);
     return Status::Ok();
   }
-  Answer a = parsed ? Dispatch(req, handler, state)
-                    : Error(kCodeInvalidArgument, "shmkeeper: an unreadable ttrpc request");
+  Answer a =
+      parsed ? Dispatch(req, handler, state) : Error(kCodeInvalidArgument, "shmkeeper: an unreadable ttrpc request");
   ttrpc::Response resp;
   resp.mutable_status()->set_code(a.code);
   resp.mutable_status()->set_message(a.message);

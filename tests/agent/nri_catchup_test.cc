@@ -3,6 +3,8 @@
 // its answer; a CreateContainer read after the runtime closed its end (it gave
 // up waiting) is abandoned, not decided. Scripted runtime over a socketpair,
 // scripted facts (unit/fake_os.h), a sandbox layout in a temporary directory.
+#include "nri_catchup.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -14,7 +16,6 @@
 #include "decide/decision_log.h"
 #include "nri/ttrpc.pb.h"
 #include "nri/wire.h"
-#include "nri_catchup.h"
 #include "nri_session.h"
 #include "unit/fake_os.h"
 
@@ -111,7 +112,7 @@ TEST(NriSession, SynchronizeChunksAreHandedOverWholeAfterTheLastAnswer) {
   b.add_containers()->set_id("c2");
   Recorder r;
   (void)RunScripted(r, Call(3, "Synchronize", a.SerializeAsString()) + Call(5, "Synchronize", b.SerializeAsString()),
-              /*answers=*/2);
+                    /*answers=*/2);
   ASSERT_EQ(r.synced.size(), 1u);
   EXPECT_EQ(r.synced[0].pods_size(), 2);
   EXPECT_EQ(r.synced[0].containers_size(), 1);
