@@ -32,8 +32,9 @@
 #               /var/cache/shmkeeper-tests/roots), in a private mount+pid+net
 #               namespace; the static CLI, runtime and hook inside; the real
 #               workloads (PostgreSQL, DataLoader) on Docker 28; on build/.
-#               SHMKEEPER_ENGINES_TRIXIE=1 adds trixie's Docker 26.1 and
-#               containerd 1.7 (a second root: 9-12 minutes the first time; then ~40 s)
+#               trixie's Docker 26.1 and containerd 1.7 (also as NRI's
+#               runtime) run in CI (CI=true) and with SHMKEEPER_ENGINES_TRIXIE=1
+#               (=0: not even in CI); a second root: 9-12 minutes the first time, then ~60 s
 #   peer        CPython's and numpy's own tests in a Debian image, with and
 #               without the preload (image cached in /var/cache/shmkeeper-tests,
 #               built with debootstrap when absent), on build/

@@ -1,6 +1,7 @@
 #include "nri_mountns.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -80,6 +81,15 @@ std::unique_ptr<RuntimeMountNsOs> RuntimeMountNsOs::ForPeerOf(int fd, Os* base) 
         (theirs.st_ino != ours.st_ino || theirs.st_dev != ours.st_dev)) {
       ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     }
+  }
+  // The pid is the peer's at its listen(); by now it may have exited and the
+  // pid gone to another process, whose namespace was opened. An exiting
+  // process's sockets are closed before its pid can be reused, so a
+  // connection still up after the open says the pid was still the peer's.
+  pollfd p{fd, POLLRDHUP, 0};
+  if (ns >= 0 && ::poll(&p, 1, 0) != 0) {  // hung up (or poll failed: not trusted either)
+    ::close(ns);
+    ns = -1;  // the session ends at its first read
   }
   return std::unique_ptr<RuntimeMountNsOs>(new RuntimeMountNsOs(ns, base));
 }

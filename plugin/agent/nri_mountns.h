@@ -3,7 +3,8 @@
 // agent may not share (a DaemonSet's own namespace, a runtime in a private
 // namespace). RuntimeMountNsOs answers StatFs, RealPath and RemountTmpfs in
 // the mount namespace of the process at the other end of the NRI socket
-// (SO_PEERCRED): each call runs in a short-lived child that joined it
+// (SO_PEERCRED; opened, then the connection checked still up, so a pid
+// reused after the peer exited is not taken for it): each call runs in a short-lived child that joined it
 // (setns(2) needs a single-threaded caller, which the agent is not). When
 // that namespace is the agent's own, or cannot be opened, calls go to `base`
 // directly.

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "decide/size_container.h"
+#include "nri_catchup.h"
 #include "nri_decide.h"
 #include "nri_mountns.h"
 #include "nri_rootfs.h"
@@ -153,6 +154,32 @@ api::ContainerAdjustment NriPlugin::Inject(const api::CreateContainerRequest& re
   for (const std::string& n : inj.notes) line += "; " + n;
   log_(PreloadOutcome(inj.preload) == "undecided" ? "warning" : "info", line);
   return std::move(inj.adjust);
+}
+
+void NriPlugin::Synchronized(const api::SynchronizeRequest& all) {
+  Config config = config_();
+  std::vector<NriCatchUp> late = CatchUpPods(all, config, runtime_os_ ? *runtime_os_ : *os_);
+  for (const NriCatchUp& c : late) {
+    stats_->CaughtUp(c.outcome);
+    const std::string line = "NRI: pod " + c.who + " was created while the agent was away: ";
+    if (c.outcome == "resized") {
+      log_("warning", line + "resized late, " + c.message);
+    } else if (c.outcome == "refused") {
+      log_("error", line + "not resized (its size is refused; it keeps the runtime's): " + c.message);
+    } else {
+      log_("error", line + "not resized: " + c.message);
+    }
+  }
+  log_("info", "NRI: synchronized with the runtime: " + std::to_string(all.pods_size()) + " pods, " +
+                   std::to_string(all.containers_size()) + " containers, " + std::to_string(late.size()) +
+                   " caught up");
+}
+
+void NriPlugin::Abandoned(const api::CreateContainerRequest& req) {
+  stats_->Abandoned();
+  log_("warning", "NRI: the runtime stopped waiting for CreateContainer of " + req.pod().namespace_() + "/" +
+                      req.pod().name() + " container " + req.container().name() +
+                      " (its plugin request timeout): not decided; caught up at the next connection");
 }
 
 }  // namespace shmkeeper::agent

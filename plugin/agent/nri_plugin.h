@@ -4,7 +4,9 @@
 // doubling to 10 s). Each CreateContainer is decided by nri_decide.h with the
 // running policy; a refusal fails the container with the wrapper's line, an
 // internal failure is counted and answered per onInternalError (no
-// adjustment, or refused under `fail`).
+// adjustment, or refused under `fail`). At each registration the runtime's
+// Synchronize catches up the pods it created while the agent was away
+// (nri_catchup.h): resized late, counted and logged.
 //
 // Thread-safety: Start and Stop from one thread; the handler runs on the
 // plugin's thread.
@@ -40,6 +42,9 @@ class NriPlugin : public NriHandler {
   void Configured(const ::nri::pkg::api::v1alpha1::ConfigureRequest& req) override;
   Result<::nri::pkg::api::v1alpha1::CreateContainerResponse> CreateContainer(
       const ::nri::pkg::api::v1alpha1::CreateContainerRequest& req) override;
+  // Catches up the pods created while the agent was away (nri_catchup.h).
+  void Synchronized(const ::nri::pkg::api::v1alpha1::SynchronizeRequest& all) override;
+  void Abandoned(const ::nri::pkg::api::v1alpha1::CreateContainerRequest& req) override;
 
  private:
   void Loop();

@@ -65,9 +65,22 @@ Answer Configure(const std::string& payload, NriHandler& handler) {
   return Answer{0, "", resp.SerializeAsString(), false};
 }
 
-Answer Synchronize(const std::string& payload) {
+// What one connection has seen so far.
+struct SessionState {
+  bool registered = false;
+  bool end = false;
+  // The runtime closed its end: what is still buffered is read, nothing is
+  // answered and no container is decided.
+  bool peer_closed = false;
+  api::SynchronizeRequest sync;  // the chunks so far
+  bool sync_done = false;        // the last chunk came: hand `sync` over after the answer
+};
+
+Answer Synchronize(const std::string& payload, SessionState& state) {
   api::SynchronizeRequest req;
   if (!ParseInto(payload, &req)) return Error(kCodeInvalidArgument, "shmkeeper: an unreadable SynchronizeRequest");
+  state.sync.MergeFrom(req);
+  state.sync_done = !req.more();
   api::SynchronizeResponse resp;
   resp.set_more(req.more());  // "we take more": the runtime sends the rest; nothing to update
   return Answer{0, "", resp.SerializeAsString(), false};
@@ -81,41 +94,61 @@ Answer CreateContainer(const std::string& payload, NriHandler& handler) {
   return Answer{0, "", resp->SerializeAsString(), false};
 }
 
-Answer Dispatch(const ttrpc::Request& req, NriHandler& handler) {
+Answer Dispatch(const ttrpc::Request& req, NriHandler& handler, SessionState& state) {
   if (req.service() != kNriPluginService) return Error(kCodeUnimplemented, "service " + req.service() + " not found");
   const std::string& method = req.method();
   if (method == "Configure") return Configure(req.payload(), handler);
-  if (method == "Synchronize") return Synchronize(req.payload());
+  if (method == "Synchronize") return Synchronize(req.payload(), state);
   if (method == "CreateContainer") return CreateContainer(req.payload(), handler);
   // Every other call (events not subscribed to, StateChange, Shutdown) has a
   // response whose fields all default: the empty message.
   return Answer{0, "", "", method == "Shutdown"};
 }
 
-// Handles one message; sets *registered / *end as the runtime's messages say.
-Status Handle(int fd, const TtrpcMessage& m, NriHandler& handler, bool* registered, bool* end) {
+// A request that came after the runtime closed its end: nothing is answered;
+// a CreateContainer goes to Abandoned, undecided.
+void HandleAfterClose(const ttrpc::Request& req, NriHandler& handler) {
+  api::CreateContainerRequest create;
+  if (req.service() == kNriPluginService && req.method() == "CreateContainer" &&
+      create.ParseFromString(req.payload())) {
+    handler.Abandoned(create);
+  }
+}
+
+// Handles one message; updates `state` as the runtime's messages say.
+Status Handle(int fd, const TtrpcMessage& m, NriHandler& handler, SessionState& state) {
   if (m.conn == shmkeeper::nri::kRuntimeServiceConn && m.type == static_cast<uint8_t>(MessageType::kResponse)) {
-    if (m.stream_id != kRegisterStream || *registered) return Status::Ok();
+    if (m.stream_id != kRegisterStream || state.registered) return Status::Ok();
     ttrpc::Response resp;
     if (!resp.ParseFromString(m.payload)) return Status::Invalid("NRI: an unreadable RegisterPlugin response");
     if (resp.status().code() != 0) {
       return Status::Precondition("NRI: the runtime refused the registration: " + resp.status().message());
     }
-    *registered = true;
+    state.registered = true;
     return Status::Ok();
   }
   if (m.conn != shmkeeper::nri::kPluginServiceConn || m.type != static_cast<uint8_t>(MessageType::kRequest)) {
     return Status::Ok();  // data frames, stray responses: nothing the plugin asked for
   }
   ttrpc::Request req;
-  Answer a = req.ParseFromString(m.payload) ? Dispatch(req, handler)
-                                            : Error(kCodeInvalidArgument, "shmkeeper: an unreadable ttrpc request");
+  bool parsed = req.ParseFromString(m.payload);
+  if (state.peer_closed) {
+    if (parsed) HandleAfterClose(req, handler);
+    return Status::Ok();
+  }
+  Answer a =
+      parsed ? Dispatch(req, handler, state) : Error(kCodeInvalidArgument, "shmkeeper: an unreadable ttrpc request");
   ttrpc::Response resp;
   resp.mutable_status()->set_code(a.code);
   resp.mutable_status()->set_message(a.message);
   resp.set_payload(a.payload);
   SHMK_RETURN_IF_ERROR(Send(fd, m.conn, m.stream_id, MessageType::kResponse, resp.SerializeAsString()));
-  *end = a.end;
+  state.end = a.end;
+  if (state.sync_done) {  // answered: now the handler may take its time
+    state.sync_done = false;
+    handler.Synchronized(state.sync);
+    state.sync.Clear();
+  }
   return Status::Ok();
 }
 
@@ -135,30 +168,32 @@ Status RunNriSession(int fd, const NriSessionOptions& options, NriHandler& handl
       Send(fd, shmkeeper::nri::kRuntimeServiceConn, kRegisterStream, MessageType::kRequest, call.SerializeAsString()));
   const auto deadline = std::chrono::steady_clock::now() + options.registration_timeout;
   shmkeeper::nri::WireReader reader;
-  bool registered = false, end = false;
+  SessionState state;
   std::string buf(64 << 10, '\0');
-  while (!end) {
+  while (!state.end) {
     int wait_ms = -1;
-    if (!registered) {
+    if (!state.registered) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return Status::Precondition("NRI: the runtime did not answer RegisterPlugin in time");
       wait_ms = static_cast<int>(left.count());
     }
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
     int r = ::poll(&p, 1, wait_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return Status::FromErrno(errno, "NRI: poll");
     if (r == 0) continue;
+    // Seen before the read: every request still buffered came before the close.
+    if (p.revents & (POLLRDHUP | POLLHUP)) state.peer_closed = true;
     ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::FromErrno(errno, "NRI: read from the runtime");
     if (n == 0) return Status::Precondition("NRI: the runtime closed the connection");
     SHMK_RETURN_IF_ERROR(reader.Feed(std::string_view(buf.data(), static_cast<size_t>(n))));
     while (std::optional<TtrpcMessage> m = reader.Next()) {
-      bool was_registered = registered;
-      SHMK_RETURN_IF_ERROR(Handle(fd, *m, handler, &registered, &end));
-      if (registered && !was_registered && on_registered) on_registered();
-      if (end) break;
+      bool was_registered = state.registered;
+      SHMK_RETURN_IF_ERROR(Handle(fd, *m, handler, state));
+      if (state.registered && !was_registered && on_registered) on_registered();
+      if (state.end) break;
     }
   }
   return Status::Precondition("NRI: the runtime asked the plugin to shut down");

@@ -1,8 +1,15 @@
 // One connection of the agent, as an NRI plugin, to the runtime's NRI socket:
 // registers (RegisterPlugin on the runtime's service), answers the runtime's
 // calls on the plugin service (Configure subscribes to CreateContainer only;
-// Synchronize, Shutdown and anything else are answered empty) until the
-// runtime closes the connection or asks the plugin to shut down.
+// Synchronize is answered with no update, then handed to the handler whole;
+// Shutdown and anything else are answered empty) until the runtime closes the
+// connection or asks the plugin to shut down.
+//
+// A CreateContainer read after the runtime closed its end (it gave up
+// waiting: its plugin request timeout, e.g. the agent was stopped) is not
+// decided: the runtime created the container without the plugin, and sizing
+// it now would be a late resize recorded as a timely one. It goes to
+// Abandoned instead; the next connection's Synchronize catches the pod up.
 //
 // The framing is core/nri/wire.h; the messages are containerd/nri's
 // pkg/api/api.proto and ttrpc's envelopes (proto/nri/). Every call is
@@ -32,6 +39,12 @@ class NriHandler {
   // call's error (the runtime fails the container with its message).
   virtual Result<::nri::pkg::api::v1alpha1::CreateContainerResponse> CreateContainer(
       const ::nri::pkg::api::v1alpha1::CreateContainerRequest& req) = 0;
+  // The runtime's pods and containers at registration (every Synchronize
+  // chunk merged), called after the answer was written: the runtime is not
+  // kept waiting while the handler works.
+  virtual void Synchronized(const ::nri::pkg::api::v1alpha1::SynchronizeRequest& all) = 0;
+  // A CreateContainer the runtime stopped waiting for (see above).
+  virtual void Abandoned(const ::nri::pkg::api::v1alpha1::CreateContainerRequest& req) = 0;
 };
 
 struct NriSessionOptions {

@@ -121,6 +121,10 @@ class RefusingHandler : public NriHandler {
     if (req.pod().annotations().contains("refuse")) return Status::Invalid("shmkeeper: refused here");
     return api::CreateContainerResponse();
   }
+  void Synchronized(const api::SynchronizeRequest& all) override { synced.push_back(all); }
+  void Abandoned(const api::CreateContainerRequest&) override { ++abandoned; }
+  std::vector<api::SynchronizeRequest> synced;
+  int abandoned = 0;
 };
 
 TEST(NriSession, RegistersSubscribesToCreateContainerAnswersAndEndsOnShutdown) {

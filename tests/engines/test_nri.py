@@ -276,15 +276,25 @@ def test_nri_a_memory_emptydir_at_dev_shm_is_left_alone(containerd, pods, agent)
         containerd.ns.run(["umount", "-l", vol], check=False)
 
 
-def test_nri_without_the_agent_pods_keep_the_runtimes_64mib_and_it_comes_back(containerd, pods, agent):
+def test_nri_without_the_agent_pods_get_the_runtimes_64mib_and_are_caught_up_when_it_comes_back(containerd, pods,
+                                                                                              agent):
     """The control for every test above: the same annotated pod, created while the agent is stopped, gets
-    containerd's 64 MiB (the runtime goes on without the plugin); started again, the agent registers and the
-    next pod is sized. A pod created while it was away is not resized later (agent-only mode does that)."""
+    containerd's 64 MiB before its first process (the runtime goes on without the plugin). Started again, the
+    agent registers, catches that pod up from the runtime's Synchronize (resized live; its sizing record says
+    nri-late: the first process saw 64 MiB) and sizes the next pod in time. tests/engines/test_nri_lifecycle.py
+    has the rest (shmkeeper pods, a bad size, SIGSTOP)."""
+    seen = len(agent.lines())
     agent.stop()
     absent = pods("agent-away", annotations={"shmkeeper.io/shm-size": "2Gi"})
     absent.create("a")
     assert absent.first_df_kib("a") == 64 * MiB // 1024
     agent.start()
+    agent.wait_log("NRI: synchronized", after=seen)
+    assert df_kib(absent.exec("a", "df", "-k", "/dev/shm").stdout) == 2 * GiB // 1024
+    assert absent.first_df_kib("a") == 64 * MiB // 1024
+    record = containerd.base / "state" / "io.containerd.runtime.v2.task" / "k8s.io" / absent.id / "shmkeeper-shm.json"
+    assert json.loads(record.read_text())["by"] == "nri-late", record.read_text()
+    assert agent.metrics()['shmkeeper_nri_late_total{outcome="resized"}'] == 1
     back = pods("agent-back", annotations={"shmkeeper.io/shm-size": "2Gi"})
     back.create("a")
     assert back.first_df_kib("a") == 2 * GiB // 1024

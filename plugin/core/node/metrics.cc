@@ -30,42 +30,55 @@ std::string PodLabels(const PodKey& k) {
          PodKindName(k.kind) + "\"";
 }
 
-template <typename Help>
-void RenderNriMetrics(const NriState& n, Help& help, std::ostringstream& o) {
+// The count of `key` in `m`, 0 when never counted.
+int64_t CountOf(const std::map<std::string, int64_t>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0 : it->second;
+}
+
+void RenderNriMetrics(const NriState& n, std::ostringstream& o) {
   if (n.socket.empty()) return;  // agent.nri.socket off: no series
-  help("shmkeeper_nri_connected", "gauge",
-       "1 while the agent is registered as an NRI plugin with the runtime (agent.nri.socket).");
-  o << "shmkeeper_nri_connected{runtime=\"" << Escape(n.runtime_name) << "\",version=\"" << Escape(n.runtime_version)
-    << "\"} " << (n.connected ? 1 : 0) << "\n";
-  help("shmkeeper_nri_connections_total", "counter",
-       "NRI registrations that succeeded (the first, then one per reconnection after the runtime restarted).");
-  o << "shmkeeper_nri_connections_total " << n.connections << "\n";
-  help("shmkeeper_nri_connect_failures_total", "counter", "NRI connects or registrations that failed.");
-  o << "shmkeeper_nri_connect_failures_total " << n.connect_failures << "\n";
-  help("shmkeeper_nri_decisions_total", "counter",
-       "CreateContainer calls answered with a decision, by action (resize, keep, skip).");
-  for (const char* action : {"resize", "keep", "skip"}) {
-    auto it = n.decisions.find(action);
-    o << "shmkeeper_nri_decisions_total{action=\"" << action << "\"} " << (it == n.decisions.end() ? 0 : it->second)
-      << "\n";
-  }
-  help("shmkeeper_nri_refusals_total", "counter",
-       "CreateContainer calls refused (a bad size): the container fails to create with the wrapper's reason.");
-  o << "shmkeeper_nri_refusals_total " << n.refusals << "\n";
-  help("shmkeeper_nri_failures_total", "counter",
-       "CreateContainer calls that failed inside the agent, answered per onInternalError (no adjustment, or refused).");
-  o << "shmkeeper_nri_failures_total " << n.failures << "\n";
-  help("shmkeeper_nri_injections_total", "counter",
-       "The sharing runtime's injection answered to CreateContainer, by what (preload, cuda-ipc) and outcome "
-       "(injected; skipped: an opt-out, the policy, a non-glibc image; undecided: the image could not be read).");
-  for (const char* what : {"preload", "cuda-ipc"}) {
-    for (const char* outcome : {"injected", "skipped", "undecided"}) {
-      if (std::string(what) == "cuda-ipc" && std::string(outcome) == "undecided") continue;
-      auto it = n.injections.find(std::string(what) + "/" + outcome);
-      o << "shmkeeper_nri_injections_total{what=\"" << what << "\",outcome=\"" << outcome << "\"} "
-        << (it == n.injections.end() ? 0 : it->second) << "\n";
+  Family(o, "shmkeeper_nri_connected", "gauge",
+         "1 while the agent is registered as an NRI plugin with the runtime (agent.nri.socket).")
+      .Add(Label("runtime", Escape(n.runtime_name)) + "," + Label("version", Escape(n.runtime_version)),
+           n.connected ? 1 : 0);
+  Family(o, "shmkeeper_nri_connections_total", "counter",
+         "NRI registrations that succeeded (the first, then one per reconnection after the runtime restarted).")
+      .Add(n.connections);
+  Family(o, "shmkeeper_nri_connect_failures_total", "counter", "NRI connects or registrations that failed.")
+      .Add(n.connect_failures);
+  Family decisions(o, "shmkeeper_nri_decisions_total", "counter",
+                   "CreateContainer calls answered with a decision, by action (resize, keep, skip).");
+  for (const char* action : {"resize", "keep", "skip"})
+    decisions.Add(Label("action", action), CountOf(n.decisions, action));
+  Family(o, "shmkeeper_nri_refusals_total", "counter",
+         "CreateContainer calls refused (a bad size): the container fails to create with the wrapper's reason.")
+      .Add(n.refusals);
+  Family(o, "shmkeeper_nri_failures_total", "counter",
+         "CreateContainer calls that failed inside the agent, answered per onInternalError (no adjustment, or "
+         "refused).")
+      .Add(n.failures);
+  Family injections(o, "shmkeeper_nri_injections_total", "counter",
+                    "The sharing runtime's injection answered to CreateContainer, by what (preload, cuda-ipc) and "
+                    "outcome (injected; skipped: an opt-out, the policy, a non-glibc image; undecided: the image could "
+                    "not be read).");
+  for (const std::string what : {"preload", "cuda-ipc"}) {
+    for (const std::string outcome : {"injected", "skipped", "undecided"}) {
+      if (what == "cuda-ipc" && outcome == "undecided") continue;
+      injections.Add(Label("what", what) + "," + Label("outcome", outcome),
+                     CountOf(n.injections, what + "/" + outcome));
     }
   }
+  Family late(o, "shmkeeper_nri_late_total", "counter",
+              "Pods created while the agent was away (stopped, restarting, too slow for the runtime's timeout), "
+              "caught up at a (re)connection, by outcome: resized (after their first process started: sized by "
+              "nri-late), refused (a bad size, left as it is), failed.");
+  for (const char* outcome : {"resized", "refused", "failed"})
+    late.Add(Label("outcome", outcome), CountOf(n.late, outcome));
+  Family(o, "shmkeeper_nri_abandoned_total", "counter",
+         "CreateContainer calls the runtime stopped waiting for (its plugin request timeout): not decided; the pod is "
+         "caught up at the next connection.")
+      .Add(n.abandoned);
 }
 
 }  // namespace
@@ -251,9 +264,6 @@ void RenderPodMetrics(const NodeSnapshot& snap, std::ostringstream& o) {
 
 std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   std::ostringstream o;
-  auto help = [&](const char* name, const char* type, const char* text) {
-    o << "# HELP " << name << " " << text << "\n# TYPE " << name << " " << type << "\n";
-  };
   AgentCounters c = agent.counters();
   const Reporter& rep = agent.reporter();
   RenderAgentMetrics(snap, agent, o);
@@ -270,7 +280,7 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   if (!snap) return o.str();
   RenderScanMetrics(*snap, o);
   RenderPodMetrics(*snap, o);
-  RenderNriMetrics(agent.nri_stats().state(), help, o);
+  RenderNriMetrics(agent.nri_stats().state(), o);
   return o.str();
 }
 

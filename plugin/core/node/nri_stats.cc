@@ -53,6 +53,16 @@ void NriStats::Injected(const std::string& what, const std::string& outcome) {
   ++state_.injections[what + "/" + outcome];
 }
 
+void NriStats::CaughtUp(const std::string& outcome) {
+  MutexLock l(&mu_);
+  ++state_.late[outcome];
+}
+
+void NriStats::Abandoned() {
+  MutexLock l(&mu_);
+  ++state_.abandoned;
+}
+
 NriState NriStats::state() const {
   MutexLock l(&mu_);
   return state_;

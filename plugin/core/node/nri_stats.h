@@ -28,6 +28,11 @@ struct NriState {
   // policy, a non-glibc image, ...) or undecided (preload only: the image
   // could not be read, so it was not injected).
   std::map<std::string, int64_t> injections;
+  // Pods created while the agent was away, caught up at a (re)connection, by
+  // outcome: resized (late: their first process saw the runtime's size),
+  // refused (a bad size, left as it is), failed.
+  std::map<std::string, int64_t> late;
+  int64_t abandoned = 0;  // CreateContainer calls the runtime stopped waiting for (its timeout): not decided
 };
 
 class NriStats {
@@ -42,6 +47,8 @@ class NriStats {
   void Refused() SHMK_EXCLUDES(mu_);
   void Failed() SHMK_EXCLUDES(mu_);
   void Injected(const std::string& what, const std::string& outcome) SHMK_EXCLUDES(mu_);
+  void CaughtUp(const std::string& outcome) SHMK_EXCLUDES(mu_);
+  void Abandoned() SHMK_EXCLUDES(mu_);
   NriState state() const SHMK_EXCLUDES(mu_);
 
  private:
