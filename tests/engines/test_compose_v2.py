@@ -12,7 +12,7 @@ from harness import df_kib, host_ram_bytes, kib
 CORPUS = sorted(p for p in (Path(__file__).parents[1] / "compose").iterdir() if p.is_dir())
 # Compose file format v1 (services at the top level): compose v2 reads no such
 # file, before or after the fix (docker-compose 1.29 did).
-V1_FORMAT = {"70-compose-v1"}
+V1_FORMAT = {"70-compose-v1", "73-sameersbn-postgresql-v1"}
 # Findings whose fix writes the suggested size (as tests/integration/test_compose.py).
 SIZED_BY_FIX = {"missing-shm-size", "size-too-small", "host-shm-bind", "ipc-host-for-shm"}
 UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": MiB, "mb": MiB, "g": 1 << 30, "gb": 1 << 30}
