@@ -21,19 +21,11 @@ bool HasShmMount(const api::Container& c) {
   return false;
 }
 
-// The sandbox's bundle where nri_decide.h writes the sizing record, from the
-// container's /dev/shm source (<state>/io.containerd.grpc.v1.cri/sandboxes/
-// <pod id>/shm -> <state>/io.containerd.runtime.v2.task/k8s.io/<pod id>);
-// "" for another layout.
+// The sandbox's bundle where the sizing record is (nri_decide.h), from the
+// container's /dev/shm source; "" for another layout.
 std::string RecordBundle(const api::Container& c, const std::string& pod_id) {
-  const std::string tail = "/io.containerd.grpc.v1.cri/sandboxes/" + pod_id + "/shm";
   for (const api::Mount& m : c.mounts()) {
-    const std::string& src = m.source();
-    if (m.destination() != "/dev/shm" || pod_id.empty() || src.size() <= tail.size() ||
-        src.compare(src.size() - tail.size(), tail.size(), tail) != 0) {
-      continue;
-    }
-    return src.substr(0, src.size() - tail.size()) + "/io.containerd.runtime.v2.task/k8s.io/" + pod_id;
+    if (m.destination() == "/dev/shm") return SandboxBundle(m.source(), pod_id);
   }
   return "";
 }
@@ -49,7 +41,7 @@ std::optional<NriCatchUp> CatchUpOne(const api::PodSandbox& pod, const api::Cont
   NriCatchUp out;
   out.pod_id = pod.id();
   out.who = pod.namespace_() + "/" + pod.name();
-  Result<NriDecision> d = DecideCreateContainer(pod, c, config, os);
+  Result<NriDecision> d = DecideCreateContainer(pod, c, config, os, NriSizer::kCatchUp);
   if (!d.ok()) {
     out.outcome = "failed";
     out.message = d.status().message();
@@ -65,12 +57,7 @@ std::optional<NriCatchUp> CatchUpOne(const api::PodSandbox& pod, const api::Cont
   out.plan = d->plan;
   out.message = "/dev/shm " + std::to_string(d->plan.old_bytes) + " -> " + std::to_string(d->plan.new_bytes) +
                 " bytes (" + d->plan.source + "), after its first process started";
-  if (!d->record_bundle.empty()) {
-    Status w = WriteSizingRecord(d->record_bundle, SizingRecordOf(d->plan, kNriLate));
-    if (!w.ok()) out.message += "; its sizing record still says nri: " + w.message();
-  } else {
-    out.message += "; no sizing record (the sandbox's bundle is not in the agent's view)";
-  }
+  if (!d->record_error.empty()) out.message += "; no sizing record: " + d->record_error;
   return out;
 }
 

@@ -21,11 +21,9 @@
 #include "decide/config.h"
 #include "decide/plan.h"
 #include "nri_api.h"
+#include "nri_decide.h"
 
 namespace shmkeeper::agent {
-
-// The sizing record's `by` for a pod resized after its first process started.
-inline constexpr const char* kNriLate = "nri-late";
 
 struct NriCatchUp {
   std::string pod_id;

@@ -26,22 +26,20 @@ std::optional<MemoryLimit> NriMemoryLimit(const api::PodSandbox& pod, const api:
   return std::nullopt;
 }
 
-// containerd's task bundle of the sandbox whose shm tmpfs is `source`
-// (<state>/io.containerd.grpc.v1.cri/sandboxes/<id>/shm ->
-// <state>/io.containerd.runtime.v2.task/k8s.io/<id>), "" when the layout is
-// another's or the bundle is not there.
-std::string SandboxBundle(const std::string& source, const std::string& pod_id) {
+}  // namespace
+
+std::string SandboxBundle(const std::string& shm_source, const std::string& pod_id) {
   const std::string tail = "/io.containerd.grpc.v1.cri/sandboxes/" + pod_id + "/shm";
-  if (pod_id.empty() || source.size() <= tail.size() || source.compare(source.size() - tail.size(), tail.size(), tail))
+  if (pod_id.empty() || shm_source.size() <= tail.size() ||
+      shm_source.compare(shm_source.size() - tail.size(), tail.size(), tail) != 0) {
     return "";
+  }
   std::string bundle =
-      source.substr(0, source.size() - tail.size()) + "/io.containerd.runtime.v2.task/k8s.io/" + pod_id;
+      shm_source.substr(0, shm_source.size() - tail.size()) + "/io.containerd.runtime.v2.task/k8s.io/" + pod_id;
   struct stat st {};
   if (::lstat(bundle.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
   return bundle;
 }
-
-}  // namespace
 
 Result<Spec> NriSandboxSpec(const api::PodSandbox& pod, const api::Container& container) {
   Json doc = Json::object();
@@ -75,14 +73,17 @@ Result<Spec> NriSandboxSpec(const api::PodSandbox& pod, const api::Container& co
 }
 
 Result<NriDecision> DecideCreateContainer(const api::PodSandbox& pod, const api::Container& container,
-                                          const Config& config, Os& os) {
+                                          const Config& config, Os& os, NriSizer sizer) {
+  const char* by = sizer == NriSizer::kCatchUp ? kNriLate : "nri";
   SHMK_ASSIGN_OR_RETURN(Spec spec, NriSandboxSpec(pod, container));
   NriDecision d;
   Result<ShmPlan> plan = PlanShm(spec, config, pod.id(), os, NriMemoryLimit(pod, container));
   if (!plan.ok()) {
     if (plan.status().code() != Code::kInvalidArgument) return plan.status();
     d.refusal = "shmkeeper: " + plan.status().message();
-    (void)AppendDecisionLine(config, DecisionFailureRecord(container.id(), "error", "nri", "refuse", plan.status()),
+    (void)AppendDecisionLine(config,
+                             DecisionFailureRecord(container.id(), "error", by,
+                                                   sizer == NriSizer::kCatchUp ? "keep" : "refuse", plan.status()),
                              LogLevel::kError);
     return d;
   }
@@ -91,11 +92,14 @@ Result<NriDecision> DecideCreateContainer(const api::PodSandbox& pod, const api:
   if (d.plan.action == ShmAction::kResize) {
     d.record_bundle = SandboxBundle(d.plan.target.host_path, pod.id());
     // The record is what `shmkeeper pods` shows; a pod without one is still sized.
-    if (!d.record_bundle.empty() && !WriteSizingRecord(d.record_bundle, SizingRecordOf(d.plan, "nri")).ok()) {
+    if (d.record_bundle.empty()) {
+      d.record_error = "the sandbox's bundle is not in the agent's view";
+    } else if (Status w = WriteSizingRecord(d.record_bundle, SizingRecordOf(d.plan, by)); !w.ok()) {
       d.record_bundle.clear();
+      d.record_error = w.message();
     }
   }
-  (void)AppendDecisionLine(config, DecisionRecord(container.id(), d.plan, "nri"), LogLevel::kInfo);
+  (void)AppendDecisionLine(config, DecisionRecord(container.id(), d.plan, by), LogLevel::kInfo);
   return d;
 }
 

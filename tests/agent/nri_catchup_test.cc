@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "base/json.h"
 #include "decide/decision_log.h"
 #include "nri/ttrpc.pb.h"
 #include "nri/wire.h"
@@ -194,6 +196,33 @@ TEST_F(CatchUp, ABadSizeIsReportedAndNotApplied) {
   EXPECT_NE(late[0].message.find("shmkeeper.io/shm-size"), std::string::npos) << late[0].message;
   EXPECT_TRUE(os_.remounted.empty());
   EXPECT_FALSE(ReadSizingRecord(Bundle("bad")));
+}
+
+// The decision log says what happened to a running pod, once: sized late
+// ("nri-late", never first "nri" and then rewritten), and a bad size left as
+// it is ("keep": a running pod is not refused). Control: a CreateContainer
+// decision of the same kind says "nri" and "refuse".
+TEST_F(CatchUp, TheDecisionLogNamesTheCatchUpAndNeverRefusesARunningPod) {
+  Config config = Policy();
+  config.log.path = state_ + "/runtime.log";
+  api::SynchronizeRequest sync;
+  AddPod(&sync, "away", "2Gi", 64 * kMiB);
+  AddPod(&sync, "bad", "lots", 64 * kMiB);
+  ASSERT_EQ(CatchUpPods(sync, config, os_).size(), 2u);
+  api::SynchronizeRequest create;
+  AddPod(&create, "new", "lots", 64 * kMiB);
+  Result<NriDecision> d = DecideCreateContainer(create.pods(0), create.containers(0), config, os_);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_FALSE(d->refusal.empty());
+  std::ifstream in(config.log.path);
+  std::vector<std::pair<std::string, std::string>> seen;  // (by, action)
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    seen.emplace_back(j.value("by", ""), j.value("action", ""));
+  }
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, std::string>>{
+                      {"nri-late", "resize"}, {"nri-late", "keep"}, {"nri", "refuse"}}));
 }
 
 TEST_F(CatchUp, SizedStoppedAndContainerlessPodsAndNriRecordsAreLeftAlone) {

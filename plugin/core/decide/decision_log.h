@@ -68,7 +68,7 @@ Status AppendRuntimeLog(const std::string& path, const std::string& format, cons
 inline constexpr const char* kSizingRecordFile = "shmkeeper-shm.json";
 
 struct SizingRecord {
-  std::string by;         // "runtime", "hook" or "reconcile"
+  std::string by;         // "runtime", "hook", "reconcile", "nri" or "nri-late" (nri_decide.h)
   std::string source;     // the plan's source: annotation:<key>, env:..., engine, policy
   std::string requested;  // as written ("2Gi", "auto")
   int64_t bytes = 0;      // the size applied, in whole pages

@@ -32,7 +32,7 @@ struct ContainerRecord {
   int64_t memory_limit_bytes = 0;   // the memory limit `shm.default: auto` used (sizing record; 0 = none)
   std::string memory_limit_source;  // where it was read (see MemoryLimit)
   std::string shm_bind_source;      // host path bound at /dev/shm by the spec ("" = not a bind)
-  std::string sized_by;             // from the sizing record: runtime, hook, reconcile ("" = none)
+  std::string sized_by;             // from the sizing record: runtime, hook, reconcile, nri, nri-late ("" = none)
   bool owns_shm = false;            // the shm tmpfs bound at /dev/shm was made for this very container
   // podman (annotation io.container.manager: libpod): the pod's id (from the
   // spec's cgroupsPath) and, on the pod's infra container, the pod's name (its
