@@ -8,14 +8,14 @@ sizes the pod's tmpfs in the runtime's mount namespace (the NRI socket's
 peer). Each container's first command records `df -k /dev/shm`, so a size
 is the one the container's first process saw, not one applied later."""
 import json
+import os
 import signal
-import subprocess
 
 import pytest
 
-from harness import AGENTD, CLI, CRI_TOOL, PAUSE_IMAGE, df_kib, require, run, wait_for, write_image_archive
+from harness import CLI, df_kib, run, wait_for
 
-import sidroot
+from nri_env import NriAgent, Pod, agent_running, nri_containerd, pod_maker
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -25,147 +25,20 @@ SHM_MAX = 4 * GiB  # the agent's policy: shm.default auto, shm.max 4Gi
 @pytest.fixture(scope="module")
 def containerd(ns, rootfs):
     """sid's containerd with its defaults (NRI on), the NRI socket under the test's base."""
-    require(CRI_TOOL.exists(), f"cri-tool not built at {CRI_TOOL}")
-    engine = sidroot.SidContainerd(ns, ns.base / "nri-ctd", PAUSE_IMAGE)
-    engine.write_config()
-    engine.nri_sock = engine.base / "nri.sock"
-    with open(engine.config, "a") as f:
-        f.write(f"""[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "{engine.nri_sock}"
-""")
-    engine.start()
-    archive = write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], engine.base / "pause.tar")
-    engine.ctr("images", "import", archive)
-    engine.cri = lambda *a, check=True: run([CRI_TOOL, "-r", engine.endpoint, *a], check=check, timeout=180)
-    yield engine
-    engine.stop(cri=engine.cri)
-
-
-class NriAgent:
-    """shmkeeperd on the host with agent.nri.socket set."""
-
-    def __init__(self, base, nri_sock):
-        self.base = base
-        base.mkdir(parents=True, exist_ok=True)
-        self.sock = base / "agent.sock"
-        self.config = base / "agent.yaml"
-        self.log = base / "agent.log"
-        self.config.write_text(f"""shm:
-  default: auto
-  max: 4Gi
-log:
-  path: {base}/decisions.log
-agent:
-  socket: {self.sock}
-  stateDir: {base}/state
-  metricsAddress: 127.0.0.1:0
-  eventSocket: ""
-  dockerSocket: ""
-  criSocket: none
-  nri:
-    socket: {nri_sock}
-""")
-        self.proc = None
-
-    def start(self):
-        seen = len(self.lines()) if self.log.exists() else 0
-        self.proc = subprocess.Popen([str(AGENTD), "--config", str(self.config)], stdout=open(self.log, "a"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_log("NRI: registered", after=seen)
-        return self
-
-    def lines(self):
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
-
-    def wait_log(self, text, after=0, timeout=60):
-        def seen():
-            if self.proc.poll() is not None:
-                raise AssertionError("shmkeeperd exited:\n" + self.log.read_text()[-3000:])
-            return [m for m in self.lines()[after:] if text in m.get("msg", "")]
-        return wait_for(seen, timeout=timeout, interval=0.1, what=f"agent log line {text!r}")
-
-    def metrics(self):
-        import urllib.request
-        port = [m["metrics_port"] for m in self.lines() if m.get("msg") == "serving"][-1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines() if line and not line.startswith("#")}
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+    with nri_containerd(ns, rootfs, ns.base / "nri-ctd") as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")
 def agent(containerd, tmp_path_factory):
-    a = NriAgent(tmp_path_factory.mktemp("nri-agent"), containerd.nri_sock).start()
-    yield a
-    a.stop()
-
-
-class Pod:
-    """A pod sandbox and its containers, created as the kubelet does, on the default handler."""
-
-    def __init__(self, engine, name, annotations=None, memory=None):
-        self.engine, self.name = engine, name
-        self.dir = engine.base / "pods" / name
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.config = {"metadata": {"name": name, "namespace": "nri", "uid": f"uid-nri-{name}"},
-                       "annotations": annotations or {},
-                       "linux": {"security_context": {"namespace_options": {"network": "NODE"}}}}
-        if memory:
-            self.config["linux"]["resources"] = {"memory_limit_in_bytes": memory}
-        self.config_path = self.dir / "pod.json"
-        self.config_path.write_text(json.dumps(self.config))
-        self.id = engine.cri("runp", self.config_path).stdout.strip()
-        self.containers = {}
-        self.memory = memory
-
-    def create(self, name, check=True, mounts=()):
-        """Creates and starts a container whose first command records df -k /dev/shm."""
-        cfg = {"metadata": {"name": name}, "image": {"image": PAUSE_IMAGE},
-               "command": ["sh", "-c", f"df -k /dev/shm > /dev/shm/first-df-{name}; exec sleep 600"],
-               "mounts": [{"container_path": c, "host_path": str(h)} for c, h in mounts]}
-        if self.memory:
-            cfg["linux"] = {"resources": {"memory_limit_in_bytes": self.memory}}
-        path = self.dir / f"{name}.json"
-        path.write_text(json.dumps(cfg))
-        p = self.engine.cri("create", self.id, path, self.config_path, check=check)
-        if p.returncode != 0:
-            return p
-        cid = p.stdout.strip()
-        self.engine.cri("start", cid)
-        self.containers[name] = cid
-        return p
-
-    def exec(self, name, *cmd):
-        return self.engine.cri("exec", self.containers[name], *cmd)
-
-    def first_df_kib(self, name):
-        """/dev/shm's size as the container's first command saw it."""
-        out = wait_for(lambda: self.exec(name, "cat", f"/dev/shm/first-df-{name}").stdout, timeout=30,
-                       what=f"{name}'s first df")
-        return df_kib(out)
-
-    def remove(self):
-        self.engine.cri("stopp", self.id, check=False)
-        self.engine.cri("rmp", self.id, check=False)
+    with agent_running(NriAgent(tmp_path_factory.mktemp("nri-agent"), containerd.nri_sock)) as a:
+        yield a
 
 
 @pytest.fixture
 def pods(containerd, agent):
-    made = []
-
-    def make(name, **kw):
-        p = Pod(containerd, name, **kw)
-        made.append(p)
-        return p
-    yield make
-    for p in made:
-        p.remove()
+    with pod_maker(lambda name, **kw: Pod(containerd, name, **kw)) as make:
+        yield make
 
 
 def test_nri_annotation_sizes_the_pod_before_its_first_process_and_both_containers_share_it(pods, agent):
@@ -226,7 +99,6 @@ def containerd_pids(engine):
 def restart_containerd(engine, while_down=None):
     """SIGTERM to containerd itself (the nsenter in front of it does not pass signals on), `while_down()`,
     then a new one."""
-    import os
     pids = containerd_pids(engine)
     assert pids, "containerd is not running"
     for pid in pids:

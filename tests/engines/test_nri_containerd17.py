@@ -9,10 +9,9 @@ import json
 
 import pytest
 
-from harness import CLI, CRI_TOOL, PAUSE_IMAGE, require, run, write_image_archive
+from harness import CLI, run
 
-import sidroot
-from test_nri import NriAgent, Pod
+from nri_env import NriAgent, Pod, agent_running, nri_containerd, pod_maker
 
 GiB = 1 << 30
 
@@ -20,41 +19,20 @@ GiB = 1 << 30
 @pytest.fixture(scope="module")
 def trixie_nri_containerd(trixie_ns, rootfs):
     """trixie's containerd 1.7, config version 2, with NRI switched on (socket under the test's base)."""
-    require(CRI_TOOL.exists(), f"cri-tool not built at {CRI_TOOL}")
-    engine = sidroot.SidContainerd(trixie_ns, trixie_ns.base / "nri-ctd17", PAUSE_IMAGE, version=2)
-    engine.write_config()
-    engine.nri_sock = engine.base / "nri.sock"
-    with open(engine.config, "a") as f:
-        f.write(f"""[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "{engine.nri_sock}"
-""")
-    engine.start()
-    archive = write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], engine.base / "pause.tar")
-    engine.ctr("images", "import", archive)
-    engine.cri = lambda *a, check=True: run([CRI_TOOL, "-r", engine.endpoint, *a], check=check, timeout=180)
-    yield engine
-    engine.stop(cri=engine.cri)
+    with nri_containerd(trixie_ns, rootfs, trixie_ns.base / "nri-ctd17", version=2) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")
 def agent17(trixie_nri_containerd, tmp_path_factory):
-    a = NriAgent(tmp_path_factory.mktemp("nri-agent17"), trixie_nri_containerd.nri_sock).start()
-    yield a
-    a.stop()
+    with agent_running(NriAgent(tmp_path_factory.mktemp("nri-agent17"), trixie_nri_containerd.nri_sock)) as a:
+        yield a
 
 
 @pytest.fixture
 def pods17(trixie_nri_containerd, agent17):
-    made = []
-
-    def make(name, **kw):
-        p = Pod(trixie_nri_containerd, name, **kw)
-        made.append(p)
-        return p
-    yield make
-    for p in made:
-        p.remove()
+    with pod_maker(lambda name, **kw: Pod(trixie_nri_containerd, name, **kw)) as make:
+        yield make
 
 
 def test_nri_containerd17_annotation_sizes_the_pod_before_its_first_process_and_both_containers_share_it(

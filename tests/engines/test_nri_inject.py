@@ -15,9 +15,9 @@ import shutil
 
 import pytest
 
-from harness import (AGENTD, BUILD, CRI_TOOL, PAUSE_IMAGE, RUNTIME, SHMGROW, df_kib, glibc_rootfs, require, run,
-                     wait_for, write_image_archive)
-from test_nri import NriAgent
+from harness import (BUILD, CRI_TOOL, PAUSE_IMAGE, RUNTIME, SHMGROW, df_kib, glibc_rootfs, require, wait_for,
+                     write_image_archive)
+from nri_env import NriAgent, agent_running, nri_toml, pod_maker, with_cri
 
 import sidroot
 from engines_env import shmkeeper
@@ -38,10 +38,7 @@ def ctd(ns, rootfs, tmp_path_factory):
     engine.events = base / "events"
     engine.nri_sock = base / "nri.sock"
     engine.env = {"SHMKEEPER_CONFIG": str(engine.policy)}
-    engine.extra_config = f"""[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "{engine.nri_sock}"
-"""
+    engine.extra_config = nri_toml(engine.nri_sock)
     engine.write_config()
     # The runtime handler as users get it: `shmkeeper install containerd` (the static CLI, in the sid root).
     shmkeeper(ns, "install", "containerd", "--config", engine.config, "--runtime-path", RUNTIME)
@@ -50,8 +47,7 @@ def ctd(ns, rootfs, tmp_path_factory):
     for tag, root, cmd in [(PAUSE_IMAGE, rootfs, ["/bin/sleep", "2147483647"]),
                            (GLIBC_IMAGE, glibc_rootfs(tmp_path_factory.mktemp("glibc-nri")), ["sh"])]:
         engine.ctr("images", "import", write_image_archive(root, tag, cmd, base / (tag.split("/")[-1] + ".tar")))
-    engine.cri = lambda *a, check=True: run([CRI_TOOL, "-r", engine.endpoint, *a], check=check, timeout=180)
-    yield engine
+    yield with_cri(engine)
     engine.stop(cri=engine.cri)
 
 
@@ -80,9 +76,8 @@ agent:
 
 @pytest.fixture(scope="module")
 def agent(ctd, tmp_path_factory):
-    a = InjectingAgent(tmp_path_factory.mktemp("nri-inject-agent"), ctd).start()
-    yield a
-    a.stop()
+    with agent_running(InjectingAgent(tmp_path_factory.mktemp("nri-inject-agent"), ctd)) as a:
+        yield a
 
 
 class Pod:
@@ -126,14 +121,8 @@ class Pod:
 
 @pytest.fixture
 def pods(ctd):
-    made = []
-
-    def make(*a, **kw):
-        made.append(Pod(ctd, *a, **kw))
-        return made[-1]
-    yield make
-    for p in made:
-        p.remove()
+    with pod_maker(lambda *a, **kw: Pod(ctd, *a, **kw)) as make:
+        yield make
 
 
 OVERFILL = "shmgrow env > /out/out; shmgrow create big 64 >> /out/out 2>&1; echo exit=$? >> /out/out; sleep 600"

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from harness import AGENTD, CLI, CRI_TOOL, PAUSE_IMAGE, df_kib, require, run, wait_for, write_image_archive
+from harness import AGENTD, CLI, df_kib, run, wait_for
 
 import sidroot
-from test_nri import NriAgent, Pod
+from nri_env import NriAgent, Pod, agent_running, nri_containerd, pod_maker
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -28,22 +28,8 @@ REQUEST_TIMEOUT_S = 1  # containerd's plugin_request_timeout here (default 2s)
 @pytest.fixture(scope="module")
 def containerd(ns, rootfs):
     """sid's containerd, NRI on, a short plugin request timeout."""
-    require(CRI_TOOL.exists(), f"cri-tool not built at {CRI_TOOL}")
-    engine = sidroot.SidContainerd(ns, ns.base / "nri-life", PAUSE_IMAGE)
-    engine.write_config()
-    engine.nri_sock = engine.base / "nri.sock"
-    with open(engine.config, "a") as f:
-        f.write(f"""[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "{engine.nri_sock}"
-  plugin_request_timeout = "{REQUEST_TIMEOUT_S}s"
-""")
-    engine.start()
-    archive = write_image_archive(rootfs, PAUSE_IMAGE, ["/bin/sleep", "2147483647"], engine.base / "pause.tar")
-    engine.ctr("images", "import", archive)
-    engine.cri = lambda *a, check=True: run([CRI_TOOL, "-r", engine.endpoint, *a], check=check, timeout=180)
-    yield engine
-    engine.stop(cri=engine.cri)
+    with nri_containerd(ns, rootfs, ns.base / "nri-life", request_timeout_s=REQUEST_TIMEOUT_S) as engine:
+        yield engine
 
 
 class PidNsNriAgent(NriAgent):
@@ -88,22 +74,14 @@ class PidNsNriAgent(NriAgent):
 
 @pytest.fixture(scope="module")
 def agent(containerd, tmp_path_factory):
-    a = PidNsNriAgent(tmp_path_factory.mktemp("nri-life-agent"), containerd).start()
-    yield a
-    a.stop()
+    with agent_running(PidNsNriAgent(tmp_path_factory.mktemp("nri-life-agent"), containerd)) as a:
+        yield a
 
 
 @pytest.fixture
 def pods(containerd, agent):
-    made = []
-
-    def make(name, **kw):
-        p = Pod(containerd, name, **kw)
-        made.append(p)
-        return p
-    yield make
-    for p in made:
-        p.remove()
+    with pod_maker(lambda name, **kw: Pod(containerd, name, **kw)) as make:
+        yield make
 
 
 def now_kib(pod, name):
