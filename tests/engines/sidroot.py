@@ -35,7 +35,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -220,13 +219,15 @@ class SidNamespace:
             os.kill(self.pid, signal.SIGKILL)  # pid 1 of the namespace: the kernel kills the rest
             self.holder.wait(timeout=30)
         self.holder = None
-        deadline = time.time() + 30
         left = []
-        while time.time() < deadline:
-            left = [d for d in os.listdir("/proc") if d.isdigit() and _ns_of(d) == ns_pid_link]
-            if not left:
-                break
-            time.sleep(0.1)
+
+        def emptied():
+            left[:] = [d for d in os.listdir("/proc") if d.isdigit() and _ns_of(d) == ns_pid_link]
+            return not left
+        try:
+            wait_for(emptied, timeout=30, interval=0.1, what="the sid namespace's processes to go")
+        except AssertionError:
+            pass  # reported below, with its mounts
         mounts = _mounts_under(str(self.base))
         if left or mounts:
             raise AssertionError(f"the sid namespace left processes {left} and mounts {mounts}")
@@ -254,17 +255,19 @@ class Daemon:
 
     def __init__(self, proc):
         self.proc = proc
-        self.pid = None  # the daemon's host pid
-        deadline = time.time() + 10
-        while self.pid is None and time.time() < deadline and proc.poll() is None:
+        self.pid = None  # the daemon's host pid (None when nsenter exited first or had no child in 10 s)
+
+        def child():
             try:
                 kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
             except FileNotFoundError:
                 kids = []
-            if kids:
-                self.pid = int(kids[0])
-            else:
-                time.sleep(0.01)
+            return int(kids[0]) if kids else proc.poll() is not None
+        try:
+            found = wait_for(child, timeout=10, interval=0.01, what="the daemon under nsenter")
+            self.pid = found if found is not True else None
+        except AssertionError:
+            pass
 
     def poll(self):
         return self.proc.poll()
