@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from harness import BUILD, RUNTIME, SHMGROW, glibc_rootfs, oci_bundle, run, runc_dirs
+from harness import BUILD, RUNTIME, SHMGROW, glibc_rootfs, oci_bundle, run, runc_dirs, with_private_var_log
 
 MiB = 1 << 20
 PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
@@ -275,10 +275,12 @@ def test_a_spec_over_16_mib_passes_through_and_the_container_runs(env, rootfs):
 def test_shmkeeper_config_naming_a_missing_file_is_a_warning(env, glibc):
     missing = env.tmp / "nope.yaml"
     b = bundle(env, glibc, "cfg", ["shmgrow", "env"])
-    p = run([RUNTIME, "--root", env.state, "run", "--bundle", b, "c-cfg"], check=False, timeout=60,
-            env=dict(os.environ, SHMKEEPER_CONFIG=str(missing)))
+    var_log = env.tmp / "var-log"  # the defaults log to /var/log/shmkeeper/runtime.log: the test's, not the host's
+    p = run(with_private_var_log([RUNTIME, "--root", env.state, "run", "--bundle", b, "c-cfg"], var_log),
+            check=False, timeout=60, env=dict(os.environ, SHMKEEPER_CONFIG=str(missing)))
     assert p.returncode == 0, p.stderr
     assert f"SHMKEEPER_CONFIG names {missing}, which does not exist: using the defaults" in p.stderr, p.stderr
+    assert '"container":"c-cfg"' in (var_log / "shmkeeper" / "runtime.log").read_text()
 
 
 # ---- CUDA IPC: device nodes made with mknod, a fake /proc/devices -------------

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import df_kib, kib, oci_bundle, run, runc_dirs, shm_mounts_under
+from harness import df_kib, kib, oci_bundle, run, runc_dirs, shm_mounts_under, with_private_var_log
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -25,11 +25,19 @@ def make_bundle(env, name, edit=None, args=None):
     return oci_bundle(env.tmp / name, env.rootfs, args or ["sh", "-c", PROBE], edit)
 
 
-def wrapper_run(env, bundle, cid, *extra, check=False):
+def wrapper_run(env, bundle, cid, *extra, check=False, var_log=None):
+    """The wrapper's `run`; with `var_log`, in a private mount namespace whose /var/log is that directory
+    (harness.with_private_var_log: a config that names no log writes the default path, the test's)."""
     cmd = [str(pytest.importorskip("harness").RUNTIME), "--config", env.config, "--root", env.state,
            *extra, "run", "--bundle", bundle, cid]
-    p = run(cmd, check=check, timeout=60)
+    p = run(with_private_var_log(cmd, var_log) if var_log else cmd, check=check, timeout=60)
     return p
+
+
+def default_log_lines(var_log):
+    """The decision lines the wrapper wrote to its default log path, inside with_private_var_log."""
+    path = var_log / "shmkeeper" / "runtime.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def runc_list(env):
@@ -149,7 +157,9 @@ def test_other_containers_shm_is_left_alone(env):
 def test_broken_config_passes_through_untouched(env):
     env.config.write_text("shm:\n  defualt: 1Gi\n")
     engine_log = env.tmp / "engine-log.json"
-    p = wrapper_run(env, make_bundle(env, "b"), "c-passthrough", "--log", engine_log, "--log-format", "json")
+    var_log = env.tmp / "var-log"
+    p = wrapper_run(env, make_bundle(env, "b"), "c-passthrough", "--log", engine_log, "--log-format", "json",
+                    var_log=var_log)
     assert p.returncode == 0, p.stderr
     assert df_kib(p.stdout) == kib(64 * MiB)
     assert "unknown key 'shm.defualt'" in p.stderr and "passing the spec through untouched" in p.stderr
@@ -157,13 +167,19 @@ def test_broken_config_passes_through_untouched(env):
     # The engine's log (what `docker`/containerd show) says it as a warning; the container ran.
     (warning,) = [json.loads(l) for l in engine_log.read_text().splitlines() if "shm.defualt" in l]
     assert warning["level"] == "warning" and "passing the spec through untouched" in warning["msg"]
+    # A config that does not parse names no log: the decision goes to the default path (here the test's).
+    assert [(r["container"], r["action"]) for r in default_log_lines(var_log)] == [("c-passthrough", "passthrough")]
 
 
 def test_missing_real_runtime_is_an_error(env):
-    env.config.write_text("runtime:\n  path: /nonexistent/runc\n")
-    p = wrapper_run(env, make_bundle(env, "b"), "c-nort")
+    env.config.write_text(f"runtime:\n  path: /nonexistent/runc\nlog:\n  path: {env.log}\n")
+    var_log = env.tmp / "var-log"
+    p = wrapper_run(env, make_bundle(env, "b"), "c-nort", var_log=var_log)
     assert p.returncode != 0
     assert "/nonexistent/runc" in p.stderr
+    (rec,) = [json.loads(line) for line in env.log.read_text().splitlines()]  # the log the config names
+    assert rec["container"] == "c-nort" and rec["action"] == "refuse" and "/nonexistent/runc" in rec["error"], rec
+    assert default_log_lines(var_log) == []
 
 
 def test_other_subcommands_pass_through(env, bins):

@@ -79,6 +79,15 @@ def runc_dirs(tmp: Path, log_name: str):
     return SimpleNamespace(tmp=tmp, state=tmp / "runc-root", log=tmp / log_name, config=tmp / "shmkeeper.yaml")
 
 
+def with_private_var_log(argv, var_log: Path):
+    """`argv` in a private mount namespace whose /var/log is `var_log` (a bind): what the wrapper writes to
+    its default log path (/var/log/shmkeeper/runtime.log: a config that does not parse or names no log) is
+    the test's, at var_log/shmkeeper/runtime.log, never the host's."""
+    var_log.mkdir(parents=True, exist_ok=True)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /var/log && exec "$@"',
+            str(var_log), *[str(a) for a in argv]]
+
+
 def oci_bundle(path: Path, rootfs, args, edit=None, env_vars=(), annotations=None):
     """A runc bundle at `path` from `runc spec`: `args` in the read-only
     `rootfs`, no terminal, `env_vars` appended, `annotations` set; `edit(spec)`
