@@ -168,7 +168,7 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
     watch = subprocess.Popen([str(CLI), "watch", "-o", "json", "--agent", str(agent.sock)],
                              stdout=open(watch_out, "w"), stderr=subprocess.STDOUT)
     try:
-        time.sleep(1)
+        agent.wait_watching()  # subscribed: every event from now on reaches the file
         start(e, agent.evdir, "verdict-app")
         start(e, agent.evdir, "verdict-owner", "--ipc", "shareable")
         start(e, agent.evdir, "verdict-neighbour", "--ipc", "container:verdict-owner")
@@ -178,13 +178,23 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
         nb_pid = torch_leak(e, "verdict-neighbour", 1)
         app_leak, shared_leak = f"/dev/shm/torch_{app_pid}_0", f"/dev/shm/torch_{nb_pid}_0"
 
-        def settled():
+        def settled():  # both leaks past grace, and every pod in /metrics (the neighbour's series too)
             ls = leaks(agent)
             mine = [l for l in ls if l["path"] in (app_leak, shared_leak)]
-            return len(mine) >= 2 and all(l.get("reclaimable") for l in mine) and ls
-        ls = wait_for(settled, timeout=15, what="both leaks past grace")
+            listed = all(f'pod="{n}"' in k for n in ("verdict-app", "verdict-owner", "verdict-neighbour")
+                         for k in [" ".join(metric_values(scrape(agent), "shmkeeper_pod_leaked_bytes"))])
+            return len(mine) >= 2 and all(l.get("reclaimable") for l in mine) and listed and ls
+        ls = wait_for(settled, timeout=30, what="both leaks past grace and the three pods listed")
         ps, node, text = pods(agent), agent.json("status")["node"], scrape(agent)
-        time.sleep(2)  # let watch deliver what the scans found
+
+        def delivered():  # watch has printed what the scans found (a deadline, not a pause)
+            try:
+                evs = json_stream(watch_out.read_text())
+            except ValueError:  # a document being written
+                return False
+            paths = [ev.get("path") for ev in evs if ev.get("type") == "EVENT_TYPE_LEAK_FOUND"]
+            return app_leak in paths and shared_leak in paths
+        wait_for(delivered, timeout=30, what="watch to print both leaks")
     finally:
         watch.terminate()
         watch.wait(timeout=10)

@@ -305,13 +305,14 @@ std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roo
   return out;
 }
 
-Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers) {
+Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers,
+                        std::set<std::string>* listed) {
   httplib::Client cli(socket);
   cli.set_address_family(AF_UNIX);
   cli.set_default_headers({{"Host", "docker"}});  // the socket path is not a valid Host
   cli.set_connection_timeout(1, 0);
   cli.set_read_timeout(2, 0);
-  httplib::Result res = cli.Get("/containers/json");
+  httplib::Result res = cli.Get("/containers/json?all=1");
   if (!res) return Status::NotFound("docker API on " + socket + ": " + httplib::to_string(res.error()));
   if (res->status != 200) return Status::Internal("docker API: HTTP " + std::to_string(res->status));
   Json list = Json::parse(res->body, nullptr, false);
@@ -323,6 +324,7 @@ Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>*
   for (ContainerRecord& c : *containers) {
     auto it = by_id.find(c.id);
     if (it == by_id.end()) continue;
+    if (listed) listed->insert(c.id);
     const Json& d = *it->second;
     if (d.contains("Names") && d["Names"].is_array() && !d["Names"].empty() && d["Names"][0].is_string()) {
       std::string n = d["Names"][0].get<std::string>();

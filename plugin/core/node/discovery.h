@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,7 +102,11 @@ class ContainerDiscovery {
 std::vector<std::string> RuntimeRootWarnings(const std::vector<std::string>& roots);
 
 // Adds Docker names and labels (compose project/service) from the Engine API
-// on `socket`. kNotFound when no engine listens there.
-Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers);
+// on `socket` (every container it has, created ones included: one whose
+// runtime state exists is created at least). kNotFound when no engine
+// listens there. `listed` (may be null) gets the ids of `containers` Docker
+// listed.
+Status EnrichFromDocker(const std::string& socket, std::vector<ContainerRecord>* containers,
+                        std::set<std::string>* listed = nullptr);
 
 }  // namespace shmkeeper

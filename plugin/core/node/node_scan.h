@@ -111,6 +111,9 @@ class Scanner {
   // `refresh`: ask Docker again for every container (a walk re-reads everything).
   std::vector<PodRecord> DiscoverPods(bool refresh);
   void EnrichOrReport(std::vector<ContainerRecord>* containers, bool refresh);
+  // After an ask: the names of the containers Docker listed; a miss counted
+  // (kDockerAsks, see docker_names_).
+  void RememberDockerNames(const std::vector<ContainerRecord>& containers, const std::set<std::string>& listed);
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
   // The processes, read lazily when a scan did not walk /proc, and the
   // references /proc does not show (mounts, loop devices, pid namespaces
@@ -215,13 +218,18 @@ class Scanner {
   ContainerDiscovery discovery_;
   // Docker's names and labels by container id, as of the last time Docker was
   // asked: when a container it has not seen appears, and at every walk (so
-  // a `docker rename` shows within agent.auditInterval). Ids Docker does not
-  // know map to an empty entry (containerd's containers: never asked again).
+  // a `docker rename` shows within agent.auditInterval). An id Docker did
+  // not list is asked about again at the next kDockerAsks asks (a container
+  // whose runtime state is there before Docker lists it: a miss is retried,
+  // never remembered as "not Docker's"), then maps to an empty entry
+  // (containerd's containers: not asked about again until a walk).
+  static constexpr int kDockerAsks = 3;
   struct DockerNames {
     std::string name;
     std::map<std::string, std::string> labels;
   };
   std::map<std::string, DockerNames> docker_names_;
+  std::map<std::string, int> docker_misses_;  // ids Docker has not listed yet: asks that missed them
   // The listing cache. Listing a tmpfs (readdir and a stat per file) is the
   // one per-pod cost of a scan that grows with the pod's files; when nothing
   // happens on a tmpfs, its listing is the same. So a scan that does not walk

@@ -123,7 +123,8 @@ void Scanner::EnrichOrReport(std::vector<ContainerRecord>* containers, bool refr
   if (ask) {
     struct stat st;
     if (::stat(opts_.docker_socket.c_str(), &st) != 0 && errno == ENOENT) return;
-    Status enriched = EnrichFromDocker(opts_.docker_socket, containers);
+    std::set<std::string> listed;
+    Status enriched = EnrichFromDocker(opts_.docker_socket, containers, &listed);
     if (!enriched.ok()) {
       if (opts_.reporter) {
         opts_.reporter->Report(kDockerEnrichmentErrors,
@@ -131,8 +132,7 @@ void Scanner::EnrichOrReport(std::vector<ContainerRecord>* containers, bool refr
       }
       return;  // asked again next scan
     }
-    docker_names_.clear();
-    for (const ContainerRecord& c : *containers) docker_names_[c.id] = {c.name, c.labels};
+    RememberDockerNames(*containers, listed);
     return;
   }
   for (ContainerRecord& c : *containers) {
@@ -140,6 +140,22 @@ void Scanner::EnrichOrReport(std::vector<ContainerRecord>* containers, bool refr
     if (!d.name.empty()) c.name = d.name;
     for (const auto& [k, v] : d.labels) c.labels[k] = v;
   }
+}
+
+void Scanner::RememberDockerNames(const std::vector<ContainerRecord>& containers, const std::set<std::string>& listed) {
+  std::map<std::string, DockerNames> names;
+  std::map<std::string, int> misses;
+  for (const ContainerRecord& c : containers) {
+    if (listed.count(c.id)) {
+      names[c.id] = {c.name, c.labels};
+      continue;
+    }
+    int missed = docker_misses_.count(c.id) ? docker_misses_.at(c.id) + 1 : 1;
+    misses[c.id] = missed;
+    if (missed >= kDockerAsks) names[c.id] = {};  // not Docker's: not asked about again until a walk
+  }
+  docker_names_ = std::move(names);
+  docker_misses_ = std::move(misses);
 }
 
 std::vector<PodRecord> Scanner::DiscoverPods(bool refresh) {
