@@ -50,8 +50,10 @@ def leaks_of(agent, name):
 
 def test_usage_and_holder_of_a_100mib_writer(docker_engine, agent):
     pid = container(docker_engine, "writer", "/t/shmtool", "hold", "data", "100")
+    # A deadline against a hang, not a timing rule: the container's start and the agent's scans are slow on a
+    # loaded machine (10 s was not enough beside two builds).
     p = wait_for(lambda: (q := pod(agent, "writer")) and int(q["shm"].get("usedBytes", 0)) >= 95 * MiB and q,
-                 what="writer's usage")
+                 timeout=60, what="writer's usage")
     used = int(p["shm"]["usedBytes"])
     assert abs(used - 100 * MiB) <= 5 * MiB
     seg = p["topSegments"][0]

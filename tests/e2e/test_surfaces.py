@@ -29,7 +29,7 @@ import urllib.request
 
 import pytest
 
-from harness import AGENTD, CLI, AgentProcess, HostTmpfs, require, wait_for
+from harness import AGENTD, CLI, AgentProcess, HostTmpfs, read_until, require, wait_for
 
 MiB = 1 << 20
 HEADER_TIMEOUT = 2  # seconds (agent.metrics.headerTimeout in this test)
@@ -218,10 +218,13 @@ def test_hostile_names_are_escaped_in_every_table_and_exact_in_json(agent):
         want_path = str(shm) + "/" + HOSTILE_FILE[:-1].decode() + "\\xff"  # the agent's JSON: bytes that are not UTF-8 as \xNN
         wait_for(lambda: any(l["path"] == want_path for l in json.loads(run_bytes(
             "leaks", "--agent", sock, "-o", "json")).get("leaks", [])), timeout=20, what="the hostile file as a leak")
-        time.sleep(1)
+        # The leak's event as watch prints it: the stream read with a deadline, not a second's sleep.
+        seen = read_until(watch, lambda b: b"forged-pod" in b and b"\\x1b]0;PWNED" in b, timeout=60,
+                          what="watch to print the hostile file's event")
     finally:
         watch.terminate()
-        watch_out = watch.communicate(timeout=10)[0]
+        rest = watch.communicate(timeout=10)[0]
+    watch_out = seen + rest
     # The gauge the wait above relies on goes back down when the client goes.
     wait_for(lambda: agent.metrics().get("shmkeeper_watch_streams") == 0, timeout=20, what="no watch stream")
     leaks = run_bytes("leaks", "--agent", sock)

@@ -414,6 +414,27 @@ def wait_for(fn, timeout=10, interval=0.2, what="condition"):
     raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
+def read_until(proc, done, timeout, what):
+    """Reads `proc`'s stdout pipe (os.read: never through its buffered file object) until `done(everything read
+    so far, bytes)` is true, and returns what was read; an AssertionError at the deadline or when the stream
+    ends first. A stream read with a deadline: a test waits on the output it expects, never a sleep, never a
+    read that can hang."""
+    import select
+    fd = proc.stdout.fileno()
+    got = b""
+    deadline = time.monotonic() + timeout
+    while not done(got):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out waiting for {what}; read so far: {got[-2000:]!r}")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"{what}: the stream ended first; read: {got[-2000:]!r}")
+            got += chunk
+    return got
+
+
 CRI_TOOL = BUILD / "tests" / "cri-tool"
 
 
