@@ -92,14 +92,15 @@ grpc::Status ShmKeeperService::ReclaimLeaks(grpc::ServerContext* ctx, const v1::
   for (const std::string& p : paths) {
     if (p.empty() || p[0] != '/') return ToGrpc(Status::Invalid("path \"" + p + "\" is not absolute"));
   }
-  // The client's deadline, on the agent's clock: nothing is removed after the
-  // client saw DEADLINE_EXCEEDED.
+  // The client's deadline (gRPC's, on the calendar), on the agent's clock:
+  // nothing is removed after the client saw DEADLINE_EXCEEDED.
+  Clock* clock = agent_->clock();
   Deadline deadline = Deadline::max();
   if (auto left = ctx->deadline() - std::chrono::system_clock::now(); left < std::chrono::hours(24 * 365)) {
-    deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+    deadline = clock->Now() + std::chrono::duration_cast<Deadline::duration>(left);
   }
   Result<ReclaimOutcome> out = agent_->Reclaim(dry_run, req->namespace_(), req->pod(), paths, deadline);
-  if (std::chrono::steady_clock::now() >= deadline) {
+  if (clock->Now() >= deadline) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed: files not yet removed were kept");
   }
   if (!out.ok()) return ToGrpc(out.status());

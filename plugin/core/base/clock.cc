@@ -16,6 +16,18 @@ class SteadyClock : public Clock {
 
 }  // namespace
 
+void Clock::SleepFor(std::chrono::nanoseconds d) {
+  // Signalled by no one (FakeClock::Advance aside): only the deadline ends a
+  // sleep. Shared by every sleeper and never destroyed: an Advance may still
+  // signal a sleep that has just ended.
+  static Mutex* mu = new Mutex();
+  static CondVar* never = new CondVar();
+  MutexLock l(mu);
+  const TimePoint until = Now() + std::chrono::duration_cast<TimePoint::duration>(d);
+  while (WaitUntil(never, mu, until)) {
+  }
+}
+
 Clock* RealClock() {
   static SteadyClock* clock = new SteadyClock();  // never destroyed: threads may outlive static destruction
   return clock;
@@ -42,6 +54,11 @@ bool FakeClock::WaitUntil(CondVar* cv, Mutex* mu, TimePoint deadline) {
     if (it != waiters_.end()) waiters_.erase(it);
   }
   return Now() < deadline;
+}
+
+std::chrono::system_clock::time_point FakeClock::WallNow() {
+  return wall_start_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                           std::chrono::nanoseconds(now_ns_.load() - kStartNs));
 }
 
 void FakeClock::Advance(std::chrono::nanoseconds d) {

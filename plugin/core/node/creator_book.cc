@@ -135,17 +135,17 @@ bool HoldsAt(pid_t pid, int fd, const FileKey& key, const std::string& proc) {
 // start time, which the caller has just read) and kept for a second, per
 // thread (the receiver's): a program creating segments in a loop costs one
 // read of /proc/<pid>/stat per record, not also its status and cmdline.
-void Describe(pid_t pid, uint64_t start_ticks, const std::string& proc, CreatorRecord* rec) {
+void Describe(pid_t pid, uint64_t start_ticks, const std::string& proc, Clock* clock, CreatorRecord* rec) {
   struct Seen {
     pid_t pid = 0;
     uint64_t start_ticks = 0;
     pid_t ns_pid = 0;
     std::string command;
-    std::chrono::steady_clock::time_point at;
+    Clock::TimePoint at;
   };
   thread_local std::array<Seen, 16> seen;
   thread_local size_t next = 0;
-  auto now = std::chrono::steady_clock::now();
+  auto now = clock->Now();
   bool cacheable = proc == "/proc";
   for (const Seen& s : seen) {
     if (cacheable && s.pid == pid && s.start_ticks == start_ticks && now - s.at < std::chrono::seconds(1)) {
@@ -167,7 +167,7 @@ Status Reject(ClaimRejection r, ClaimRejection* why, Status s) {
 }  // namespace
 
 Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sender, ClaimRejection* why,
-                                         const std::string& proc) {
+                                         const std::string& proc, Clock* clock) {
   if (StringField(doc, "type") != "create")
     return Reject(ClaimRejection::kMalformed, why, Status::Invalid("not a create record"));
   std::string path = StringField(doc, "path");
@@ -222,7 +222,7 @@ Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sen
   if (!ReadProcStat(sender.pid, nullptr, &rec.start_ticks, proc)) {
     return Reject(ClaimRejection::kNoFile, why, Status::NotFound("sender is gone"));
   }
-  Describe(sender.pid, rec.start_ticks, proc, &rec);
+  Describe(sender.pid, rec.start_ticks, proc, clock, &rec);
   return claim;
 }
 

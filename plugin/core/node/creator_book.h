@@ -28,6 +28,7 @@
 #include <set>
 #include <string>
 
+#include "base/clock.h"
 #include "base/json.h"
 #include "base/mutex.h"
 #include "base/status.h"
@@ -103,8 +104,10 @@ struct VerifiedClaim {
 // opened, another file, closed and reused, or the file is only mapped now),
 // the full check of the sender's descriptors and mappings decides, exactly as
 // for a claim that names none. A named "fd" that is not a descriptor number
-// (negative, not an integer, above INT_MAX) is malformed.
+// (negative, not an integer, above INT_MAX) is malformed. A sender's pid
+// namespace and command, read from /proc, are reused for a second of `clock`
+// (not owned) by the same thread.
 Result<VerifiedClaim> VerifyCreatorClaim(const Json& doc, const SenderCreds& sender, ClaimRejection* why,
-                                         const std::string& proc = "/proc");
+                                         const std::string& proc = "/proc", Clock* clock = RealClock());
 
 }  // namespace shmkeeper

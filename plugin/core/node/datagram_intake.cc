@@ -11,7 +11,7 @@ void DatagramIntake::OnDatagram(pid_t sender, uid_t uid, const std::string& payl
   std::string type = StringField(doc, "type");
   if (type == "create") {
     ClaimRejection why = ClaimRejection::kMalformed;
-    Result<VerifiedClaim> claim = VerifyCreatorClaim(doc, SenderCreds{sender, uid}, &why);
+    Result<VerifiedClaim> claim = VerifyCreatorClaim(doc, SenderCreds{sender, uid}, &why, "/proc", clock_);
     if (!claim.ok()) return Reject(why, sender, claim.status().message());
     Status recorded = creators_->Record(claim->key, std::move(claim->record));
     if (!recorded.ok()) Reject(ClaimRejection::kLiveCreator, sender, recorded.message());

@@ -7,7 +7,7 @@
 //
 // Ownership: shares the CreatorBook with the Scanner; `poke` and `log` are
 // called from the receiver's thread and must outlive the intake; the clock
-// (the log's window; base/clock.h) too.
+// (the log's window, the reuse of a sender's description; base/clock.h) too.
 // Thread-safety: every method may be called from any thread. OnDatagram
 // blocks on /proc (the claim's checks), the book's mutex, this object's mutex
 // (held only to count) and whatever `poke` and `log` block on.

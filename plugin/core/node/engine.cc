@@ -10,7 +10,8 @@ namespace shmkeeper {
 
 Agent::Defaulted Agent::WithDefaults(ScanOptions scan) {
   if (!scan.creators) scan.creators = std::make_shared<CreatorBook>();
-  if (!scan.reporter) scan.reporter = std::make_shared<Reporter>();
+  if (!scan.clock) scan.clock = RealClock();
+  if (!scan.reporter) scan.reporter = std::make_shared<Reporter>(scan.clock);
   return Defaulted{std::move(scan)};
 }
 
@@ -18,6 +19,7 @@ Agent::Agent(const Config& config, ScanOptions scan, Os* os) : Agent(config, Wit
 
 Agent::Agent(const Config& config, Defaulted d, Os* os)
     : os_(os),
+      clock_(d.scan.clock),        // one Clock for all
       reporter_(d.scan.reporter),  // one Reporter for all
       creators_(d.scan.creators),  // one CreatorBook, shared with the intake
       runtime_roots_(d.scan.runtime_roots),
@@ -28,14 +30,16 @@ Agent::Agent(const Config& config, Defaulted d, Os* os)
   // log through log_ as SetLog leaves it (before Start).
   Reporter::Log log = [this](LogLevel level, const std::string& line) { log_(level, line); };
   snapshots_ = std::make_unique<SnapshotStore>(&events_);
-  reclaimer_ = std::make_unique<Reclaimer>(d.scan.agent_id, read_only_, &events_, log);
-  loop_ = std::make_unique<ScanLoop>(config.agent.scan_interval, config.agent.audit_interval,
-                                     [this](ScanDepth depth, const char* reason) {
-                                       MutexLock scan_lock(&scan_mu_);
-                                       ScanLocked(depth, reason);
-                                     });
+  reclaimer_ = std::make_unique<Reclaimer>(d.scan.agent_id, read_only_, &events_, log, clock_);
+  loop_ = std::make_unique<ScanLoop>(
+      config.agent.scan_interval, config.agent.audit_interval,
+      [this](ScanDepth depth, const char* reason) {
+        MutexLock scan_lock(&scan_mu_);
+        ScanLocked(depth, reason);
+      },
+      clock_);
   intake_ = std::make_unique<DatagramIntake>(
-      creators_, [this] { Poke(); }, log);
+      creators_, [this] { Poke(); }, log, clock_);
 }
 
 void Agent::SetLog(AgentLog log) {
@@ -54,11 +58,13 @@ Status Agent::Start() {
   if (!config.agent.event_socket.empty()) {
     receiver_ = std::make_unique<EventReceiver>(
         config.agent.event_socket,
-        [this](pid_t pid, uid_t uid, const std::string& p) { intake_->OnDatagram(pid, uid, p); }, reporter_.get());
+        [this](pid_t pid, uid_t uid, const std::string& p) { intake_->OnDatagram(pid, uid, p); }, reporter_.get(),
+        clock_);
     events = receiver_->Start().WithContext("event socket");
     if (!events.ok()) receiver_.reset();
   }
   if (config.agent.observe) {
+    if (!observer_opts_.clock) observer_opts_.clock = [clock = clock_] { return clock->Now(); };
     observer_ =
         std::make_unique<Observer>([this] { loop_->PokeUsage(); }, [this] { Poke(); }, reporter_.get(), observer_opts_);
     observer_->SetProbers(probers_, [this](const std::string& line) { log_(LogLevel::kInfo, line); });
@@ -215,7 +221,7 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
     return Status::Precondition("leaks.reclaim is off on this node: no leak is removed, not even on request");
   }
   MutexLock scan_lock(&scan_mu_);  // no scan runs while files are in quarantine (reclaim.h)
-  if (std::chrono::steady_clock::now() >= deadline) return Status::Precondition("the caller's deadline passed");
+  if (clock_->Now() >= deadline) return Status::Precondition("the caller's deadline passed");
   if (dry_run) {
     // Reads only: the leaks of the snapshot published last, their claim and
     // holder checks run now; nothing is published, reconciled, resized,

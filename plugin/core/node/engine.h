@@ -92,6 +92,10 @@ class Agent {
   // `scan.reporter` (a fresh one when null) receives the errors the engine,
   // its scans, its event socket and its watcher survive; `os` (never null,
   // outlives the agent) is what reconcile sizes /dev/shm through.
+  // `scan.clock` (RealClock() when null; outlives the agent) is the one
+  // clock of every part: the scan loop's intervals, the scans' grace, the
+  // reclaim's settle and deadlines, the intake's and a fresh reporter's log
+  // windows, the observer's times (unless its options name another).
   Agent(const Config& config, ScanOptions scan, Os* os = Os::Default());
   ~Agent();
 
@@ -186,6 +190,9 @@ class Agent {
   // The NRI plugin's connection and counters (agent.nri.socket), for
   // /metrics and `shmkeeper status`; the plugin itself is the caller's.
   NriStats& nri_stats() const { return *nri_; }
+  // The agent's clock (ScanOptions::clock): what a request's deadline is a
+  // time of. Thread-safe.
+  Clock* clock() const { return clock_; }
 
  private:
   // Every member is initialised from the constructor's arguments alone (the
@@ -212,6 +219,7 @@ class Agent {
   void NoteLeaseRefusals(const ReclaimOutcome& out) SHMK_REQUIRES(scan_mu_);
 
   Os* const os_;
+  Clock* const clock_;
   const std::shared_ptr<Reporter> reporter_;
   const std::shared_ptr<NriStats> nri_ = std::make_shared<NriStats>();
   const std::shared_ptr<CreatorBook> creators_;  // one book, shared by the scanner and the intake

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/bytes.h"
+#include "base/clock.h"
 
 namespace shmkeeper {
 namespace {
@@ -58,7 +59,7 @@ const char* EventKindName(EventKind kind) {
 
 AgentEvent MakeEvent(EventKind kind, const PodKey& pod, std::string msg) {
   AgentEvent e;
-  e.time = std::chrono::system_clock::now();
+  e.time = RealClock()->WallNow();  // shown to people: the calendar, whatever clock the rules run on
   e.kind = kind;
   e.pod = pod;
   e.message = std::move(msg);

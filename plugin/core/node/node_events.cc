@@ -41,8 +41,8 @@ void Signal(const UniqueFd& efd) {
 
 }  // namespace
 
-EventReceiver::EventReceiver(std::string path, Handler on_datagram, Reporter* reporter)
-    : path_(std::move(path)), handler_(std::move(on_datagram)), reporter_(reporter) {}
+EventReceiver::EventReceiver(std::string path, Handler on_datagram, Reporter* reporter, Clock* clock)
+    : path_(std::move(path)), handler_(std::move(on_datagram)), reporter_(reporter), clock_(clock) {}
 
 Status EventReceiver::Start() {
   sockaddr_un addr{};
@@ -133,7 +133,7 @@ bool EventReceiver::ReceiveOne(bool* over_limit) {
       uid = cred.uid;
     }
   }
-  if (sender > 0 && !limiter_.Allow(sender, SenderLimiter::Clock::now())) {
+  if (sender > 0 && !limiter_.Allow(sender, clock_->Now())) {
     *over_limit = true;
     if (reporter_) {
       reporter_->Report(kDatagramsRateLimited, "dropped a datagram on " + path_ + " from pid " +

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/fileutil.h"
 #include "base/mutex.h"
 #include "base/status.h"
@@ -32,10 +33,11 @@ namespace shmkeeper {
 // receive error, over a sender's rate limit: sender_limiter.h) is reported to
 // `reporter` (kDatagramsNoCredentials, kDatagramsReceiveErrors,
 // kDatagramsRateLimited) when it is not null; it must outlive the receiver.
+// The rate limits run on `clock` (not owned; outlives the receiver).
 class EventReceiver {
  public:
   using Handler = std::function<void(pid_t sender, uid_t uid, const std::string& payload)>;
-  EventReceiver(std::string path, Handler on_datagram, Reporter* reporter = nullptr);
+  EventReceiver(std::string path, Handler on_datagram, Reporter* reporter = nullptr, Clock* clock = RealClock());
   ~EventReceiver();
   Status Start();
 
@@ -48,6 +50,7 @@ class EventReceiver {
   std::string path_;
   Handler handler_;
   Reporter* reporter_;
+  Clock* const clock_;
   SenderLimiter limiter_;  // the receiver's thread only
   UniqueFd sock_, stop_;
   std::thread thread_;

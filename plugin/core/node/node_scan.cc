@@ -173,7 +173,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   // observer's verdicts are consulted.
   if (opts_.observer && !walk) opts_.observer->Drain();
   NodeSnapshot snap;
-  snap.time = std::chrono::system_clock::now();
+  snap.time = opts_.clock->WallNow();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   snap.hostname = host;
@@ -194,7 +194,7 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   view.sys = opts_.sys;
   view.dev = opts_.dev;
   if (walk) (void)view.Refs();  // a walk reads everything (mount holders of held files too)
-  Clock clock{SteadyClock::now(),
+  Clock clock{opts_.clock->Now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
   mem_.Begin();
   PodTurn turn;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "node/creator_book.h"
 #include "node/discovery.h"
 #include "node/node_records.h"
@@ -65,6 +66,10 @@ struct ScanOptions {
   // tmpfs are marked as they are found, and their files' use is its verdict
   // (with the walk's, when the scan walks: an audit).
   Observer* observer = nullptr;
+  // The time its rules read (leaks.grace, "unheld since") and the calendar
+  // time of its snapshots and ages (not owned; outlives the scanner; never
+  // null). A scan's own duration is measured on the real clock.
+  Clock* clock = RealClock();
 };
 
 // Creator hint from a segment name: torch_<pid>_…, sgl_shm_<kind>_<pid>_…

@@ -231,7 +231,7 @@ int64_t Scanner::RestoreFromQuarantine(const std::vector<PodRecord>& pods, const
     if (!fds[i].valid() || pods[i].shares_host_shm) continue;
     std::vector<std::string> hidden = QuarantinedFiles((*dirs)[i]);
     if (hidden.empty()) continue;
-    int n = RestoreQuarantined(fds[i].get(), hidden, opts_.agent_id);
+    int n = RestoreQuarantined(fds[i].get(), hidden, opts_.agent_id, opts_.clock);
     if (n == 0) continue;
     restored += n;
     // The renames changed the listing: list again (and the cache forgets it).

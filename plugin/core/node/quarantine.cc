@@ -90,8 +90,9 @@ Status RenameBack(int dir_fd, const std::string& quarantine_name, const std::str
   return RenameNoReplace(dir_fd, quarantine_name, alt);
 }
 
-int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths, const std::string& agent_id) {
-  const int64_t now = ::time(nullptr);
+int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths, const std::string& agent_id,
+                       Clock* clock) {
+  const int64_t now = std::chrono::system_clock::to_time_t(clock->WallNow());
   int restored = 0;
   for (const std::string& rel : rel_paths) {
     size_t slash = rel.rfind('/');

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 
 namespace shmkeeper {
@@ -40,10 +41,11 @@ std::string QuarantineOwner(std::string_view base);
 // `root_fd`, each with a quarantine base name) back to its original name,
 // never replacing an existing file and never following a symlink: names of
 // `agent_id` at once, others once their ctime is kForeignQuarantineAgeSec
-// old. A name kept in kQuarantineXattr that is itself a quarantine name, or
-// not one path component, is refused. Returns how many were restored; the
-// others keep their quarantine name.
-int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths, const std::string& agent_id = "");
+// old by `clock`'s calendar (not owned). A name kept in kQuarantineXattr that
+// is itself a quarantine name, or not one path component, is refused. Returns
+// how many were restored; the others keep their quarantine name.
+int RestoreQuarantined(int root_fd, const std::vector<std::string>& rel_paths, const std::string& agent_id = "",
+                       Clock* clock = RealClock());
 
 // Renames `quarantine_name` in `dir_fd` back to `original`, or, when a new
 // file took that name meanwhile, to `original` + "~" + `ino` (shortened to

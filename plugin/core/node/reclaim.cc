@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <chrono>
 #include <set>
-#include <thread>
 
 #include "base/fileutil.h"
 #include "base/safe_path.h"
@@ -42,7 +41,20 @@ size_t BatchSize() {
 // Between the quarantine renames and the final checks: an open(2) that looked
 // the old name up just before the rename reaches the inode (and so the lease)
 // within this time unless it is descheduled for longer (docs/reclaim-safety.md, "The residual race, and crashes").
+// A sleep on the run's clock: the kernel needs the time to pass, nothing
+// signals its end.
 constexpr auto kSettle = std::chrono::milliseconds(20);
+
+// What holds for every claim of one ReclaimLeaks call.
+struct Run {
+  bool dry_run = false;
+  const std::string& proc;
+  const std::string& agent_id;
+  Deadline deadline;
+  Clock* clock;
+  // The caller stopped waiting: nothing more is removed.
+  bool Expired() const { return clock->Now() >= deadline; }
+};
 
 // The pod's shm root through which files can be removed: the access
 // process's /dev/shm, or, when that mount is read-only, the host tmpfs the
@@ -206,19 +218,16 @@ void Keep(Claim* c, const Skip& why, ReclaimOutcome* out) {
   out->skipped.push_back({c->leak, why.reason, why.message, why.lease_refused});
 }
 
-// The caller stopped waiting: nothing more is removed.
-bool Expired(Deadline deadline) { return std::chrono::steady_clock::now() >= deadline; }
 Skip DeadlineSkip() { return Skip{SkipReason::kDeadline, "the caller's deadline passed before its removal"}; }
 
 // Phase 1: each claim leased (and, for real, quarantined) or kept; returns
 // the claims that go on to the final check.
-std::vector<Claim*> LeaseBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc,
-                               const std::string& agent_id, Deadline deadline, ReclaimOutcome* out) {
+std::vector<Claim*> LeaseBatch(std::vector<Claim>& batch, const Run& run, ReclaimOutcome* out) {
   std::vector<Claim*> live;
   for (Claim& c : batch) {
-    std::optional<Skip> skip = Lease(&c, proc);
-    if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
-    if (!skip && !dry_run) skip = Quarantine(&c, agent_id);
+    std::optional<Skip> skip = Lease(&c, run.proc);
+    if (!skip && !run.dry_run && run.Expired()) skip = DeadlineSkip();
+    if (!skip && !run.dry_run) skip = Quarantine(&c, run.agent_id);
     if (skip) {
       Keep(&c, *skip, out);
     } else {
@@ -230,10 +239,11 @@ std::vector<Claim*> LeaseBatch(std::vector<Claim>& batch, bool dry_run, const st
 
 // Phase 2, one claim: the final check against the holders /proc shows, then
 // the removal and what it freed (or why it is kept).
-void RemoveClaim(Claim* c, const std::map<FileKey, std::vector<HolderRef>>& holders, bool dry_run, Deadline deadline,
+void RemoveClaim(Claim* c, const std::map<FileKey, std::vector<HolderRef>>& holders, const Run& run,
                  ReclaimOutcome* out) {
+  const bool dry_run = run.dry_run;
   std::optional<Skip> skip = FinalCheck(*c, holders);
-  if (!skip && !dry_run && Expired(deadline)) skip = DeadlineSkip();
+  if (!skip && !dry_run && run.Expired()) skip = DeadlineSkip();
   if (!skip && !dry_run && ::unlinkat(c->dir.get(), c->quarantine.c_str(), 0) != 0) {
     skip = Skip{SkipReason::kError, Status::FromErrno(errno, "unlink " + c->leak.path).message()};
   }
@@ -261,19 +271,18 @@ void RemoveClaim(Claim* c, const std::map<FileKey, std::vector<HolderRef>>& hold
   out->reclaimed.push_back(c->leak);
 }
 
-void ReclaimBatch(std::vector<Claim>& batch, bool dry_run, const std::string& proc, const std::string& agent_id,
-                  Deadline deadline, ReclaimOutcome* out) {
-  std::vector<Claim*> live = LeaseBatch(batch, dry_run, proc, agent_id, deadline, out);
+void ReclaimBatch(std::vector<Claim>& batch, const Run& run, ReclaimOutcome* out) {
+  std::vector<Claim*> live = LeaseBatch(batch, run, out);
   if (live.empty()) return;
-  if (!dry_run) std::this_thread::sleep_for(kSettle);
+  if (!run.dry_run) run.clock->SleepFor(kSettle);
   std::set<FileKey> keys;
   std::set<int> own;  // the claims' own fds are no holders
   for (Claim* c : live) {
     keys.insert(c->leak.key);
     own.insert(c->file.get());
   }
-  std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, proc, own);
-  for (Claim* c : live) RemoveClaim(c, holders, dry_run, deadline, out);
+  std::map<FileKey, std::vector<HolderRef>> holders = ScanHolders(keys, run.proc, own);
+  for (Claim* c : live) RemoveClaim(c, holders, run, out);
 }
 
 Status ReclaimSysv(const LeakRecord& l, bool dry_run, const std::string& proc) {
@@ -306,13 +315,14 @@ const char* SkipReasonName(SkipReason r) {
 }
 
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc,
-                            const std::string& agent_id, Deadline deadline) {
+                            const std::string& agent_id, Deadline deadline, Clock* clock) {
   IgnoreLeaseSignal();
   ReclaimOutcome out;
+  const Run run{dry_run, proc, agent_id, deadline, clock};
   const size_t batch_size = BatchSize();
   std::vector<Claim> batch;
   auto flush = [&] {
-    ReclaimBatch(batch, dry_run, proc, agent_id, deadline, &out);
+    ReclaimBatch(batch, run, &out);
     batch.clear();  // closes the fds: the leases go with them
   };
   for (const LeakRecord& l : candidates) {
@@ -323,7 +333,7 @@ ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_
       continue;
     }
     if (l.sysv_id >= 0) {
-      if (!dry_run && Expired(deadline)) {
+      if (!dry_run && run.Expired()) {
         out.skipped.push_back({l, DeadlineSkip().reason, DeadlineSkip().message});
         continue;
       }

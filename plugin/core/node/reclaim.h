@@ -13,8 +13,8 @@
 //     EWOULDBLOCK) and marks the lease as breaking.
 //  2. Quarantine: rename the file to ".shmkeeper-reclaim.<name>" in its own
 //     directory (RENAME_NOREPLACE): no open by the old name can start after it.
-//  3. Settle, then a fresh pass over every task in /proc (also O_PATH fds,
-//     which take no lease).
+//  3. Settle (20 ms by the injected clock), then a fresh pass over every task
+//     in /proc (also O_PATH fds, which take no lease).
 //  4. Remove only if the lease is still unbroken, can be taken again (no
 //     open file description appeared), the quarantine name still is that
 //     inode, and the pass found no holder; otherwise rename it back.
@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "node/node_scan.h"
 #include "node/quarantine.h"
 
@@ -79,16 +80,20 @@ struct ReclaimOutcome {
 // descriptor in flight over SCM_RIGHTS) still references it, so its memory
 // was not freed.
 
-// When the caller stops waiting (a gRPC client's deadline); max(): never.
-using Deadline = std::chrono::steady_clock::time_point;
+// When the caller stops waiting (a gRPC client's deadline), a time of the
+// reclaim's clock; max(): never.
+using Deadline = Clock::TimePoint;
 
 // Reclaims `candidates` (from the latest snapshot). With dry_run nothing is
 // renamed or removed, but the claim (lease) and holder checks run.
 // `agent_id` goes into the quarantine names (quarantine.h). Once `deadline`
 // has passed nothing more is quarantined or removed: each file not yet
 // removed is renamed back and kept with reason "deadline" (checked before each
-// quarantine and right before each removal).
+// quarantine and right before each removal). `clock` (not owned) reads the
+// deadline and times the settle: RealClock() in the agent, a FakeClock in
+// tests (the settle then waits for Advance).
 ReclaimOutcome ReclaimLeaks(const std::vector<LeakRecord>& candidates, bool dry_run, const std::string& proc = "/proc",
-                            const std::string& agent_id = "", Deadline deadline = Deadline::max());
+                            const std::string& agent_id = "", Deadline deadline = Deadline::max(),
+                            Clock* clock = RealClock());
 
 }  // namespace shmkeeper

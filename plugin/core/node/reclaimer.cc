@@ -22,8 +22,8 @@ std::string RemovalLine(const LeakRecord& l) {
 
 }  // namespace
 
-Reclaimer::Reclaimer(std::string agent_id, bool read_only, EventHub* events, Reporter::Log log)
-    : agent_id_(std::move(agent_id)), read_only_(read_only), events_(events), log_(std::move(log)) {}
+Reclaimer::Reclaimer(std::string agent_id, bool read_only, EventHub* events, Reporter::Log log, Clock* clock)
+    : agent_id_(std::move(agent_id)), read_only_(read_only), events_(events), log_(std::move(log)), clock_(clock) {}
 
 ReclaimOutcome Reclaimer::Auto(const NodeSnapshot& snap, LeakReclaim mode) {
   std::vector<LeakRecord> due;
@@ -33,7 +33,7 @@ ReclaimOutcome Reclaimer::Auto(const NodeSnapshot& snap, LeakReclaim mode) {
     if (on && l.reclaimable) due.push_back(l);
   }
   if (due.empty() || read_only_) return {};
-  ReclaimOutcome out = ReclaimLeaks(due, /*dry_run=*/false, "/proc", agent_id_);
+  ReclaimOutcome out = ReclaimLeaks(due, /*dry_run=*/false, "/proc", agent_id_, Deadline::max(), clock_);
   Record(out);
   return out;
 }
@@ -47,7 +47,7 @@ ReclaimOutcome Reclaimer::Request(const NodeSnapshot& snap, bool dry_run, const 
                   std::find(paths.begin(), paths.end(), EscapeInvalidUtf8(l.path)) != paths.end();
     if (paths.empty() || listed) candidates.push_back(l);
   }
-  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run, "/proc", agent_id_, deadline);
+  ReclaimOutcome out = ReclaimLeaks(candidates, dry_run, "/proc", agent_id_, deadline, clock_);
   if (!dry_run) Record(out);
   return out;
 }

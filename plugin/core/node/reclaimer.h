@@ -3,8 +3,9 @@
 // (ReclaimLeaks, reclaim.h), and what a removal leaves behind: a log line per
 // removal with its evidence, a leak_reclaimed event, the counters for /metrics.
 //
-// Ownership: borrows the EventHub (it outlives the reclaimer); `log` is
-// called on the reclaiming thread.
+// Ownership: borrows the EventHub and the Clock (both outlive the reclaimer);
+// `log` is called on the reclaiming thread. The clock times the protocol's
+// settle and reads requests' deadlines (reclaim.h).
 // Thread-safety: Auto and Request must not run concurrently with each other
 // or with Scanner::Scan (reclaim.h); the agent calls them under its scan lock.
 // counters() and the totals may be called from any thread. Auto and Request
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "decide/config.h"
 #include "node/event_hub.h"
@@ -37,7 +39,7 @@ class Reclaimer {
  public:
   // `agent_id` goes into quarantine names; a `read_only` agent never
   // auto-reclaims.
-  Reclaimer(std::string agent_id, bool read_only, EventHub* events, Reporter::Log log);
+  Reclaimer(std::string agent_id, bool read_only, EventHub* events, Reporter::Log log, Clock* clock = RealClock());
 
   // Removes the leaks of `snap` that are due: reclaimable, with leaks.reclaim
   // auto (`mode`) and their pod not opted out (shmkeeper.io/reclaim: report
@@ -45,7 +47,8 @@ class Reclaimer {
   ReclaimOutcome Auto(const NodeSnapshot& snap, LeakReclaim mode) SHMK_EXCLUDES(mu_);
   // The leaks of `snap` in `ns` and `pod` ("" = all) whose path is in
   // `paths` (empty = all; as ListLeaks shows them), reclaimed, or with
-  // `dry_run` only checked; nothing is removed after `deadline`.
+  // `dry_run` only checked; nothing is removed after `deadline` (a time of
+  // the reclaimer's clock).
   ReclaimOutcome Request(const NodeSnapshot& snap, bool dry_run, const std::string& ns, const std::string& pod,
                          const std::vector<std::string>& paths, Deadline deadline = Deadline::max()) SHMK_EXCLUDES(mu_);
 
@@ -61,6 +64,7 @@ class Reclaimer {
   const bool read_only_;
   EventHub* const events_;
   const Reporter::Log log_;
+  Clock* const clock_;
   mutable Mutex mu_;
   ReclaimCounters counters_ SHMK_GUARDED_BY(mu_);
   std::atomic<int64_t> reclaimed_total_{0}, reclaimed_bytes_total_{0};

@@ -3,13 +3,12 @@
 namespace shmkeeper {
 
 void Reporter::Report(const std::string& counter, const std::string& message) {
-  constexpr auto kWindow = std::chrono::minutes(1);
   std::string line;
   {
     MutexLock l(&mu_);
     counts_[counter]++;
     Window& w = windows_[counter];
-    auto now = std::chrono::steady_clock::now();
+    auto now = clock_->Now();
     if (now - w.start >= kWindow) {
       if (w.dropped) line = std::to_string(w.dropped) + " more " + counter + " were not logged; ";
       w = Window{now, 0, 0};

@@ -2,6 +2,8 @@
 // Docker enrichment, a watcher that cannot watch, a dropped datagram): a named
 // counter for /metrics and a warning in the log, at most kLinesPerWindow lines
 // per counter a minute (the rest are counted and summarized in the next line).
+// The minute is the injected Clock's (RealClock() in the agent; unit tests
+// advance a FakeClock).
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -12,6 +14,7 @@
 #include <map>
 #include <string>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "decide/config.h"
 
@@ -28,6 +31,10 @@ class Reporter {
  public:
   using Log = std::function<void(LogLevel, const std::string&)>;
   static constexpr int kLinesPerWindow = 10;
+  static constexpr std::chrono::minutes kWindow{1};
+
+  // `clock` (not owned) outlives the reporter.
+  explicit Reporter(Clock* clock = RealClock()) : clock_(clock) {}
 
   // REQUIRES: called before the reporter is shared with other threads. The
   // default drops the lines (the counters still count).
@@ -40,10 +47,11 @@ class Reporter {
 
  private:
   struct Window {
-    std::chrono::steady_clock::time_point start{};
+    Clock::TimePoint start{};
     int logged = 0;
     int64_t dropped = 0;
   };
+  Clock* const clock_;
   Log log_ = [](LogLevel, const std::string&) {};
   mutable Mutex mu_;
   std::map<std::string, int64_t> counts_ SHMK_GUARDED_BY(mu_);

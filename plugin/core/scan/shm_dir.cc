@@ -38,6 +38,10 @@ void Walk(int dir_fd, const std::string& prefix, int depth, Budget* budget, ShmD
     ::close(fd);
     return;
   }
+  // The copy shares `dir_fd`'s offset: a directory listed before through it
+  // (a scan lists a tmpfs again after renaming quarantine names back) is
+  // read from its start, not from where the last listing ended.
+  ::rewinddir(dir.get());
   while (struct dirent* e = ::readdir(dir.get())) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
