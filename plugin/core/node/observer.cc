@@ -17,7 +17,6 @@
 namespace shmkeeper {
 namespace {
 
-using observer_internal::kMaxPids;
 using observer_internal::Remember;
 
 constexpr size_t kBatch = 4096;     // events applied at once (after one look at who else probes)
@@ -25,6 +24,18 @@ constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 // FAN_ATTRIB: a marked file's link count (its unlink), mode, owner or times.
 constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB;
+
+FileUse::Verdict ModelVerdict(ProbeVerdict v) {
+  switch (v) {
+    case ProbeVerdict::kHeld:
+      return FileUse::Verdict::kHeld;
+    case ProbeVerdict::kUnheld:
+      return FileUse::Verdict::kUnheld;
+    case ProbeVerdict::kGone:
+      return FileUse::Verdict::kGone;
+  }
+  return FileUse::Verdict::kFailed;
+}
 
 std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
 
@@ -87,12 +98,10 @@ std::optional<Observer::Clock::time_point> Observer::FloorLocked(dev_t dev) cons
 
 Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
   Use u;
-  u.held = in.held;
-  u.pids = in.pids;
-  u.holders_pending = in.holders_pending && in.held;
-  if (in.active) u.last_activity = in.last_activity;
-  std::optional<Clock::time_point> floor = FloorLocked(dev);
-  if (floor && (!u.last_activity || *floor > *u.last_activity)) u.last_activity = floor;
+  u.held = in.use.held();
+  u.pids = in.use.pids();
+  u.holders_pending = in.use.holders() == FileUse::Holders::kPending && in.use.held();
+  u.last_activity = in.use.LastActivity(FloorLocked(dev));
   return u;
 }
 
@@ -145,14 +154,9 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
   {
     MutexLock l(&mu_);
     Inode& in = inodes_[key];
-    std::optional<Clock::time_point> floor = FloorLocked(key.dev);
-    bool stale = in.dirty || !in.probed || (floor && in.probed_at <= *floor);
-    if (!stale) return UseLocked(in, key.dev);
-    in.dirty = false;  // an event from here on makes it dirty again
-    in.probed_at = Now();
-    in.probing++;
-    in.prober_closed = false;
-    walked_empty = in.walked_empty;
+    if (!in.use.NeedsProbe(FloorLocked(key.dev))) return UseLocked(in, key.dev);
+    in.use.ProbeBegan(Now());  // an event from here on makes its verdict stale
+    walked_empty = in.use.holders() == FileUse::Holders::kWalkedEmpty;
   }
   Result<ProbeVerdict> v = Probe(dir_fd, name, key);
   if (!v.ok() && reporter_) {
@@ -178,16 +182,11 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
     }
   }
   MutexLock l(&mu_);
-  Inode& in = inodes_[key];
-  if (in.probing > 0) in.probing--;
-  for (pid_t pid : holders) Remember(&in.pids, pid, kMaxPids);
-  in.holders_pending = pending;
-  in.probed = true;
+  Inode& in = inodes_[key];  // made afresh (stale) if its device was forgotten meanwhile
+  in.use.ProbeEnded(!v.ok() ? FileUse::Verdict::kFailed : ModelVerdict(*v), holders, pending);
   // kGone: the name is gone since the directory was read (nobody holds this
   // name); the listing that showed it is stale, and this inode, unmarked,
   // would report no removal: list again.
-  in.held = !v.ok() || *v == ProbeVerdict::kHeld;
-  if (!v.ok() || *v == ProbeVerdict::kGone) in.dirty = true;
   if (v.ok() && *v == ProbeVerdict::kGone) layout_[key.dev]++;
   Use u = UseLocked(in, key.dev);
   u.probed_now = true;
@@ -200,13 +199,10 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
   bool prober_closed = false;
   {
     MutexLock l(&mu_);
-    auto it = inodes_.find(key);
-    std::optional<Clock::time_point> floor = FloorLocked(key.dev);
-    if (it != inodes_.end() && it->second.probed && !it->second.dirty && !(floor && it->second.probed_at <= *floor)) {
-      settled = it->second.held;
-      prober_closed = it->second.prober_closed;
-    }
-    inodes_[key].dirty = true;  // Check below probes afresh
+    FileUse& use = inodes_[key].use;
+    settled = use.Settled(FloorLocked(key.dev));
+    if (settled) prober_closed = use.prober_closed();
+    use.MarkStale();  // Check below probes afresh
   }
   Use fresh = CheckOne(dir_fd, name, key, /*walk=*/false);
   // "Held" by a probe that another agent's overlapping probe answered (its
@@ -219,7 +215,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
     bool again_dirty = false;
     {
       MutexLock l(&mu_);
-      again_dirty = inodes_[key].dirty;
+      again_dirty = inodes_[key].use.stale();
     }
     if (!again_dirty) {
       reporter_->Report(kAuditMissedEvent,
@@ -269,13 +265,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
     dev_floor_[e.dev] = now;
     return;
   }
-  Inode& in = inodes_[FileKey{e.dev, e.ino}];
-  in.dirty = true;
-  in.active = true;
-  in.last_activity = now;
-  in.rechecked = false;
-  in.walked_empty = false;
-  if (e.pid > 0) Remember(&in.pids, e.pid, kMaxPids);
+  inodes_[FileKey{e.dev, e.ino}].use.OnUse(now, e.pid);
 }
 
 void Observer::OnProberUse(const FanEvent& e) {
@@ -283,14 +273,9 @@ void Observer::OnProberUse(const FanEvent& e) {
   if (!(e.mask & (FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE)) || e.ino == 0) return;
   auto it = inodes_.find(FileKey{e.dev, e.ino});
   if (it == inodes_.end()) return;
-  Inode& in = it->second;
-  in.prober_closed = true;
   // Its probe may have overlapped ours, which then said "held": once per
   // real event, probe again (no activity, no pid: it is not use).
-  if (!in.rechecked && (in.probing > 0 || (in.probed && in.held && !in.dirty))) {
-    in.dirty = true;
-    in.rechecked = true;
-  }
+  it->second.use.OnProberClose();
 }
 
 void Observer::RefreshProbers() {

@@ -121,6 +121,7 @@
 #include "base/mutex.h"
 #include "base/status.h"
 #include "node/fanotify.h"
+#include "node/file_use.h"
 #include "node/probers.h"
 #include "node/reporter.h"
 #include "scan/lease_probe.h"
@@ -284,20 +285,11 @@ class Observer {
   ObserverCounters counters() const;
 
  private:
+  // A file's record: its use (the model, file_use.h) and whether the
+  // observer placed an inode mark on it (counted in inode_marks).
   struct Inode {
-    Clock::time_point last_activity{};
-    bool active = false;  // last_activity is set
-    bool dirty = true;
-    bool probed = false;
-    bool held = true;
-    bool marked = false;  // an inode mark was placed (counted in inode_marks)
-    Clock::time_point probed_at{};
-    std::vector<pid_t> pids;
-    int probing = 0;               // probes of it running now
-    bool prober_closed = false;    // a registered prober closed it since our last probe began
-    bool rechecked = false;        // re-probed for a prober's close since the last real event
-    bool holders_pending = false;  // waiting for the holder walk
-    bool walked_empty = false;     // the holder walk found no process since its last event
+    FileUse use;
+    bool marked = false;
   };
   void Run();
   Clock::time_point Now() const { return opts_.clock ? opts_.clock() : Clock::now(); }
