@@ -53,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "node/engine.h"
 #include "node/reporter.h"
 #include "support/temp_dir.h"
@@ -236,8 +237,9 @@ class ObserverMarksTest : public ::testing::Test {
     return sf.f_blocks - sf.f_bfree;
   }
 
-  // The observer's clock when set (StartObserver): tests advance it.
-  std::function<std::chrono::steady_clock::time_point()> clock_;
+  // The observer's clock (StartObserver): a test sets it to fake_ to advance it.
+  Clock* clock_ = RealClock();
+  FakeClock fake_;
   // The observer's next filesystem marks or re-arms that fail (its seam).
   int mark_faults_ = 0;
   test::TempDir tmp_{"/tmp/shmk-observer-"};
@@ -261,7 +263,7 @@ TEST_F(ObserverMarksTest, UseBetweenTwoChecksOfAProbedFileIsSeen) {
   EXPECT_FALSE(idle.probed_now) << "nothing happened: the cached verdict";
   EXPECT_FALSE(idle.last_activity.has_value());
 
-  auto before = Observer::Clock::now();
+  auto before = std::chrono::steady_clock::now();
   pid_t user = 0;
   std::string path = dir_ + "/seg";
   user = RunChild([&] {
@@ -416,8 +418,7 @@ TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk
 // the next walk, which names it.
 TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
   // On the observer's clock, advanced by the test: nothing waits on time.
-  auto now = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-  clock_ = [now] { return *now; };
+  clock_ = &fake_;
   constexpr auto kEvery = std::chrono::seconds(4);
   StartObserver(std::nullopt, /*disarm_creates=*/true, kEvery);
   std::vector<std::string> names = {"first", "second", "third", "late"};
@@ -441,18 +442,18 @@ TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
   EXPECT_EQ(observer_->counters().holder_walks, 1) << "one walk named all three";
   // Past the walk's 2 s, within the interval: "late" waits for the next walk.
   spawn_reader(names[3]);
-  *now += std::chrono::milliseconds(2100);
+  fake_.Advance(std::chrono::milliseconds(2100));
   Observer::Use late = observer_->Check(dir_fd_, names[3], keys[3]);
   EXPECT_TRUE(late.held);
   EXPECT_TRUE(late.holders_pending);
   EXPECT_TRUE(late.pids.empty());
   EXPECT_EQ(observer_->counters().holder_walks, 1);
   // Still within the interval: no walk.
-  *now += std::chrono::milliseconds(1800);
+  fake_.Advance(std::chrono::milliseconds(1800));
   (void)observer_->Check(dir_fd_, "idle", idle);
   EXPECT_EQ(observer_->counters().holder_walks, 1);
   // Any Check once the interval has passed runs the next walk.
-  *now += std::chrono::milliseconds(200);
+  fake_.Advance(std::chrono::milliseconds(200));
   (void)observer_->Check(dir_fd_, "idle", idle);
   EXPECT_EQ(observer_->counters().holder_walks, 2);
   late = observer_->Check(dir_fd_, names[3], keys[3]);

@@ -95,9 +95,7 @@ class FileUse {
   // The settled verdict (held or not), if any (the audit's "event-derived").
   std::optional<bool> Settled(std::optional<TimePoint> floor) const;
   // "Dirty" as the audit reads it after a drain: a use or staleness since.
-  bool stale() const {
-    return state_ == State::kUnprobed || state_ == State::kProbingStale || state_ == State::kDirty;
-  }
+  bool stale() const { return state_ == State::kUnprobed || state_ == State::kProbingStale || state_ == State::kDirty; }
   bool held() const { return held_; }  // the last verdict (true before any)
   // The last use event, or `floor` when later ("unheld since"); none when
   // neither.
@@ -111,9 +109,9 @@ class FileUse {
 
   State state_ = State::kUnprobed;
   bool held_ = true;
-  TimePoint probed_at_{};                 // when the last probe began
-  std::optional<TimePoint> last_use_;     // the last OnUse
-  std::vector<pid_t> pids_;               // newest last
+  TimePoint probed_at_{};              // when the last probe began
+  std::optional<TimePoint> last_use_;  // the last OnUse
+  std::vector<pid_t> pids_;            // newest last
   Holders holders_ = Holders::kUnasked;
   bool prober_closed_ = false;  // a registered prober closed it since the last probe began
   bool rechecked_ = false;      // made stale by a prober's close since the last use event

@@ -90,9 +90,10 @@ Status Observer::Start() {
   return Status::Ok();
 }
 
-std::optional<Observer::Clock::time_point> Observer::FloorLocked(dev_t dev) const {
-  std::optional<Clock::time_point> floor = floor_;
-  if (auto it = dev_floor_.find(dev); it != dev_floor_.end() && (!floor || it->second > *floor)) floor = it->second;
+std::optional<Observer::TimePoint> Observer::FloorLocked(dev_t dev) const {
+  std::optional<TimePoint> floor = floor_;
+  auto it = fs_.find(dev);
+  if (it != fs_.end() && it->second.floor && (!floor || *it->second.floor > *floor)) floor = it->second.floor;
   return floor;
 }
 
@@ -117,7 +118,9 @@ Status Observer::MarkForUse(int fd, const FileKey& key) {
   bool over_budget = false;
   {
     MutexLock l(&mu_);
-    if (all_uses_.count(key.dev)) return Status::Ok();  // every open there is an event already
+    if (auto f = fs_.find(key.dev); f != fs_.end() && f->second.all_uses) {
+      return Status::Ok();  // every open there is an event already
+    }
     auto it = inodes_.find(key);
     bool marked = it != inodes_.end() && it->second.marked;
     over_budget = !marked && max_marks_ >= 0 && counters_.inode_marks >= max_marks_;
@@ -138,7 +141,9 @@ Status Observer::MarkForUse(int fd, const FileKey& key) {
   if (!wide.ok()) return wide.WithContext("after " + s.message());
   {
     MutexLock l(&mu_);
-    if (!all_uses_.insert(key.dev).second) return Status::Ok();
+    FsState& fs = fs_[key.dev];
+    if (fs.all_uses) return Status::Ok();
+    fs.all_uses = true;
     counters_.mark_fallbacks++;
   }
   if (reporter_) {
@@ -187,7 +192,7 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
   // kGone: the name is gone since the directory was read (nobody holds this
   // name); the listing that showed it is stale, and this inode, unmarked,
   // would report no removal: list again.
-  if (v.ok() && *v == ProbeVerdict::kGone) layout_[key.dev]++;
+  if (v.ok() && *v == ProbeVerdict::kGone) fs_[key.dev].layout++;
   Use u = UseLocked(in, key.dev);
   u.probed_now = true;
   u.gone = v.ok() && *v == ProbeVerdict::kGone;
@@ -234,27 +239,29 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
 ObserverCounters Observer::counters() const {
   MutexLock l(&mu_);
   ObserverCounters c = counters_;
-  c.unmarked = static_cast<int64_t>(unmarked_.size());
+  c.unmarked =
+      std::count_if(fs_.begin(), fs_.end(), [](const auto& kv) { return kv.second.mark == FsState::Mark::kUnmarked; });
   return c;
 }
 
-void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) {
+void Observer::OnEvent(const FanEvent& e, TimePoint now, bool* changed) {
   if (e.overflow) {
     floor_ = now;
     counters_.overflows++;
     overflow_pending_ = true;
-    for (auto& [_, n] : layout_) n++;
+    for (auto& [_, fs] : fs_) fs.layout++;
     return;
   }
-  if (e.dev == 0 || !watched_.count(e.dev)) return;
+  FsState* fs = e.dev == 0 ? nullptr : MarkedLocked(e.dev);
+  if (!fs) return;
   // The agent's own renames and removals (reclaim, quarantine) change what a
   // listing holds too; they are not use.
-  if (e.mask & kChange) layout_[e.dev]++;
+  if (e.mask & kChange) fs->layout++;
   if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
-  if ((e.mask & FAN_CREATE) && opts_.disarm_creates && !disarmed_.count(e.dev)) to_disarm_.insert(e.dev);
+  if ((e.mask & FAN_CREATE) && opts_.disarm_creates && fs->creates == FsState::Creates::kArmed) fs->disarm_due = true;
   if ((e.mask & (FAN_CREATE | FAN_MOVED_TO)) && !(e.mask & FAN_ONDIR) && e.pid > 0 && !others_.count(e.pid)) {
-    Remember(&creators_[e.dev], e.pid, kMaxCreators);  // the likely holders of files first probed held
+    Remember(&fs->creators, e.pid, kMaxCreators);  // the likely holders of files first probed held
   }
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
   if (e.pid > 0 && others_.count(e.pid)) {  // another agent's probe or reclaim
@@ -262,7 +269,7 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
     return;
   }
   if (e.ino == 0) {  // cannot tell which file: all of that filesystem
-    dev_floor_[e.dev] = now;
+    fs->floor = now;
     return;
   }
   inodes_[FileKey{e.dev, e.ino}].use.OnUse(now, e.pid);
@@ -336,14 +343,17 @@ void Observer::Drain() {
     if (!ok) {
       MutexLock l(&mu_);
       floor_ = now;  // treat a broken read as lost events
-      for (auto& [_, n] : layout_) n++;
+      for (auto& [_, fs] : fs_) fs.layout++;
       overflow = true;
       overflow_pending_ = true;
     }
     std::set<dev_t> disarm;
     {
       MutexLock l(&mu_);
-      disarm.swap(to_disarm_);
+      for (auto& [dev, fs] : fs_) {
+        if (fs.disarm_due) disarm.insert(dev);
+        fs.disarm_due = false;
+      }
     }
     for (dev_t dev : disarm) Disarm(dev);
   }

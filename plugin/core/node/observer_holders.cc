@@ -28,8 +28,9 @@ std::vector<pid_t> Observer::Holders(const FileKey& key) {
     MutexLock l(&mu_);
     if (auto it = inodes_.find(key); it != inodes_.end())
       candidates.assign(it->second.use.pids().rbegin(), it->second.use.pids().rend());
-    if (auto it = creators_.find(key.dev); it != creators_.end()) {
-      for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
+    if (auto it = fs_.find(key.dev); it != fs_.end()) {
+      const std::vector<pid_t>& creators = it->second.creators;
+      for (auto p = creators.rbegin(); p != creators.rend(); ++p) {
         if (std::find(candidates.begin(), candidates.end(), *p) == candidates.end()) candidates.push_back(*p);
       }
     }
