@@ -653,6 +653,54 @@ TEST_F(ObserverMarksTest, AMarkOrReArmFailureIsReportedWithNoObserverLockHeld) {
   observer_.reset();  // before the log's captures go
 }
 
+TEST_F(ObserverMarksTest, AnotherAgentIsToldWithNoObserverLockHeld) {
+  // What the prober registry tells (a change of the other agents, or its
+  // failure) goes to the agent's callbacks, which may call the observer (a
+  // Drain, its counters). Told while Drain held its lock, the log's own
+  // Drain would block: the log drains on another thread and gives up after
+  // 5 s, so a regression fails here instead of hanging.
+  test::TempDir state("/tmp/shmk-observer-probers-");
+  Result<std::unique_ptr<ProberRegistry>> joined = ProberRegistry::Join(state.path());
+  ASSERT_TRUE(joined.ok()) << joined.status().message();
+  std::shared_ptr<ProberRegistry> registry = std::move(*joined);
+  // Told once (one change: the child joins), on whichever thread drained
+  // its events (the observer's own, or this one).
+  int answered = 0, blocked = 0;
+  std::future<void> ask;  // a blocked ask ends once the lock goes
+  std::promise<void> told;
+  observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, ObserverOptions{});
+  observer_->SetProbers(registry, [&](const std::string&) {
+    if (ask.valid()) return;
+    ask = std::async(std::launch::async, [&] { observer_->Drain(); });
+    (ask.wait_for(std::chrono::seconds(5)) == std::future_status::ready ? answered : blocked)++;
+    told.set_value();
+  });
+  ASSERT_TRUE(observer_->Start().ok());
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  FileKey key = Make("seg");
+  EXPECT_TRUE(observer_->Check(dir_fd_, "seg", key).probed_now);  // marked: its opens are events
+  // Another agent (registered in the child itself) opens and closes it,
+  // and stays registered.
+  std::string path = dir_ + "/seg", dir = state.path();
+  Spawn([path, dir] {
+    Result<std::unique_ptr<ProberRegistry>> r = ProberRegistry::Join(dir);
+    if (!r.ok()) ::_exit(1);
+    (void)r->release();  // registered until the child exits
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) ::_exit(1);
+    ::close(fd);
+  });
+  observer_->Drain();
+  ASSERT_EQ(told.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the new agent never reached the log";
+  ask.wait();
+  EXPECT_EQ(observer_->counters().other_agents, 1);
+  EXPECT_GE(observer_->counters().prober_events, 1);
+  EXPECT_EQ(answered, 1) << "the positive control: the new agent reached the log";
+  EXPECT_EQ(blocked, 0) << "the probers log was called with the observer's drain lock held";
+  observer_.reset();  // before the log's captures go
+}
+
 TEST_F(ObserverMarksTest, ADisarmedTmpfsIsNotPinned) {
   // The disarm reopens the tmpfs and keeps nothing open: once the test's own
   // descriptor is closed, a plain umount (no MNT_DETACH, as a kubelet's)

@@ -285,12 +285,12 @@ void Observer::OnProberUse(const FanEvent& e) {
   it->second.use.OnProberClose();
 }
 
-void Observer::RefreshProbers() {
+void Observer::RefreshProbers(ProberNews* news) {
   if (!probers_) return;
   Result<std::set<pid_t>> others = probers_->Others();
-  if (!others.ok() && reporter_) {
-    reporter_->Report(kObserverProberErrors, "cannot tell the node's other agents (their lease probes count as use): " +
-                                                 others.status().message());
+  if (!others.ok()) {
+    news->errors.push_back("cannot tell the node's other agents (their lease probes count as use): " +
+                           others.status().message());
   }
   std::set<pid_t> now = others.ok() ? std::move(*others) : std::set<pid_t>{};
   bool moved = false;
@@ -302,17 +302,18 @@ void Observer::RefreshProbers() {
       counters_.other_agents = static_cast<int64_t>(now.size());
     }
   }
-  if (moved && probers_log_) {
-    probers_log_(now.empty() ? "no other shmkeeperd is registered in " + probers_->path() +
-                                   " any more: every other process's opens are use"
-                             : "other shmkeeperd processes registered in " + probers_->path() + ": pid " +
-                                   PidList(now) + " (their lease probes are not use)");
+  if (moved) {
+    news->changes.push_back(now.empty() ? "no other shmkeeperd is registered in " + probers_->path() +
+                                              " any more: every other process's opens are use"
+                                        : "other shmkeeperd processes registered in " + probers_->path() + ": pid " +
+                                              PidList(now) + " (their lease probes are not use)");
   }
 }
 
 void Observer::Drain() {
   if (!fan_) return;
   bool changed = false, overflow = false;
+  ProberNews news;  // told after drain_mu_ is released (the callbacks may call back)
   {
     // One drain at a time: a caller's drain returns only after every event
     // read so far (by either thread) has been applied.
@@ -325,7 +326,7 @@ void Observer::Drain() {
     auto apply = [&] {
       if (std::any_of(batch.begin(), batch.end(),
                       [&](const FanEvent& e) { return !e.overflow && e.pid > 0 && e.pid != self_; })) {
-        RefreshProbers();
+        RefreshProbers(&news);
       }
       MutexLock l(&mu_);
       for (const FanEvent& e : batch) {
@@ -356,6 +357,12 @@ void Observer::Drain() {
       }
     }
     for (dev_t dev : disarm) Disarm(dev);
+  }
+  for (const std::string& e : news.errors) {
+    if (reporter_) reporter_->Report(kObserverProberErrors, e);
+  }
+  for (const std::string& c : news.changes) {
+    if (probers_log_) probers_log_(c);
   }
   if (overflow && on_overflow_) on_overflow_();
   if (changed && on_change_) on_change_();

@@ -83,26 +83,27 @@
 // callbacks run on the observer's thread and must not call back into it.
 //
 // Lock order (SHMK_ACQUIRED_BEFORE below; each object's locks are private):
-//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_; the Reporter's mutex is
-// taken with at most drain_mu_ held (a report is made after mu_ and arm_mu_ are released),
-// and Fanotify's mutex is a leaf: the observer calls Fanotify::Mark,
-// Creates and Forget with at most drain_mu_ or arm_mu_ held, never mu_, and
-// Fanotify::Read decodes under its own lock and calls its callback after
-// releasing it (the callback, Drain's batch, then takes mu_). The
-// ProberRegistry is asked (RefreshProbers) with drain_mu_ held and mu_ not.
-// The per-file model (FileUse) and the per-device records (FsState) are
-// plain data under mu_: they take no lock and call nothing.
+//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_.
+// The Reporter's mutex is taken with none of the observer's locks held
+// (every report is made after they are released), and Fanotify's mutex is a
+// leaf: the observer calls Fanotify::Mark, Creates and Forget with at most
+// drain_mu_ or arm_mu_ held, never mu_, and Fanotify::Read decodes under
+// its own lock and calls its callback after releasing it (the callback,
+// Drain's batch, then takes mu_). The ProberRegistry is asked
+// (RefreshProbers) with drain_mu_ held and mu_ not; it makes no callback.
+// The per-file model (FileUse) and the per-filesystem records are plain
+// data under mu_: they take no lock and call nothing.
 // Callbacks and who holds what when they run:
 //  - on_change / on_overflow (the agent's Poke): after Drain released every
 //    lock; none held;
-//  - the probers log (SetProbers): from RefreshProbers, with drain_mu_ held
-//    (not mu_);
+//  - the probers log (SetProbers) and the Reporter's log for a
+//    prober-registry failure: what RefreshProbers learnt, told by Drain
+//    after it released drain_mu_; none held;
 //  - the Reporter's log: Reporter::Report calls it after releasing the
-//    Reporter's mutex; the observer reports with none of its locks held,
-//    except a prober-registry failure (RefreshProbers, drain_mu_ held): that
-//    log must not call into the observer;
+//    Reporter's mutex; the observer reports with none of its locks held;
 //  - a Reopen (Watch): from Disarm (in Drain), with drain_mu_ held, before
-//    arm_mu_ and mu_ are taken.
+//    arm_mu_ and mu_ are taken: it must not call into the observer (the
+//    scan's open of a pod's /dev/shm does not).
 // The Scanner calls the observer from its one thread and holds none of
 // these while doing so; the agent's scan lock (engine.h) is taken before
 // any of them.
@@ -325,8 +326,16 @@ class Observer {
   void OnEvent(const FanEvent& e, TimePoint now, bool* changed) SHMK_REQUIRES(mu_);
   // An open or close by another registered agent (see the model above).
   void OnProberUse(const FanEvent& e) SHMK_REQUIRES(mu_);
-  // Asks the registry who else probes, now. Called with drain_mu_ held.
-  void RefreshProbers() SHMK_EXCLUDES(mu_);
+  // What RefreshProbers learnt, told by Drain once it holds no lock: the
+  // registry's failures (to the Reporter) and changes of the set of other
+  // agents (to the probers log).
+  struct ProberNews {
+    std::vector<std::string> errors;
+    std::vector<std::string> changes;
+  };
+  // Asks the registry who else probes, now. Called with drain_mu_ held: it
+  // makes no callback, it adds to `news`.
+  void RefreshProbers(ProberNews* news) SHMK_EXCLUDES(mu_);
   // The floor below which cached verdicts and activity times are stale for
   // files on `dev`. REQUIRES: mu_ held.
   std::optional<TimePoint> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
