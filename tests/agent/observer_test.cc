@@ -681,7 +681,8 @@ TEST_F(ObserverMarksTest, AnotherAgentIsToldWithNoObserverLockHeld) {
   EXPECT_TRUE(observer_->Check(dir_fd_, "seg", key).probed_now);  // marked: its opens are events
   // Another agent (registered in the child itself) opens and closes it,
   // and stays registered.
-  std::string path = dir_ + "/seg", dir = state.path();
+  std::string path = dir_ + "/seg";
+  const std::string& dir = state.path();
   Spawn([path, dir] {
     Result<std::unique_ptr<ProberRegistry>> r = ProberRegistry::Join(dir);
     if (!r.ok()) ::_exit(1);
