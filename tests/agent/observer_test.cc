@@ -53,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "node/engine.h"
 #include "node/reporter.h"
 #include "support/temp_dir.h"
@@ -236,8 +237,9 @@ class ObserverMarksTest : public ::testing::Test {
     return sf.f_blocks - sf.f_bfree;
   }
 
-  // The observer's clock when set (StartObserver): tests advance it.
-  std::function<std::chrono::steady_clock::time_point()> clock_;
+  // The observer's clock (StartObserver): a test sets it to fake_ to advance it.
+  Clock* clock_ = RealClock();
+  FakeClock fake_;
   // The observer's next filesystem marks or re-arms that fail (its seam).
   int mark_faults_ = 0;
   test::TempDir tmp_{"/tmp/shmk-observer-"};
@@ -261,7 +263,7 @@ TEST_F(ObserverMarksTest, UseBetweenTwoChecksOfAProbedFileIsSeen) {
   EXPECT_FALSE(idle.probed_now) << "nothing happened: the cached verdict";
   EXPECT_FALSE(idle.last_activity.has_value());
 
-  auto before = Observer::Clock::now();
+  auto before = std::chrono::steady_clock::now();
   pid_t user = 0;
   std::string path = dir_ + "/seg";
   user = RunChild([&] {
@@ -416,8 +418,7 @@ TEST_F(ObserverMarksTest, HeldFileOpenedBeforeItsMarkByANonCreatorIsFoundByAWalk
 // the next walk, which names it.
 TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
   // On the observer's clock, advanced by the test: nothing waits on time.
-  auto now = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-  clock_ = [now] { return *now; };
+  clock_ = &fake_;
   constexpr auto kEvery = std::chrono::seconds(4);
   StartObserver(std::nullopt, /*disarm_creates=*/true, kEvery);
   std::vector<std::string> names = {"first", "second", "third", "late"};
@@ -441,18 +442,18 @@ TEST_F(ObserverMarksTest, HolderWalksNameEveryFileAndAreBatchedPerInterval) {
   EXPECT_EQ(observer_->counters().holder_walks, 1) << "one walk named all three";
   // Past the walk's 2 s, within the interval: "late" waits for the next walk.
   spawn_reader(names[3]);
-  *now += std::chrono::milliseconds(2100);
+  fake_.Advance(std::chrono::milliseconds(2100));
   Observer::Use late = observer_->Check(dir_fd_, names[3], keys[3]);
   EXPECT_TRUE(late.held);
   EXPECT_TRUE(late.holders_pending);
   EXPECT_TRUE(late.pids.empty());
   EXPECT_EQ(observer_->counters().holder_walks, 1);
   // Still within the interval: no walk.
-  *now += std::chrono::milliseconds(1800);
+  fake_.Advance(std::chrono::milliseconds(1800));
   (void)observer_->Check(dir_fd_, "idle", idle);
   EXPECT_EQ(observer_->counters().holder_walks, 1);
   // Any Check once the interval has passed runs the next walk.
-  *now += std::chrono::milliseconds(200);
+  fake_.Advance(std::chrono::milliseconds(200));
   (void)observer_->Check(dir_fd_, "idle", idle);
   EXPECT_EQ(observer_->counters().holder_walks, 2);
   late = observer_->Check(dir_fd_, names[3], keys[3]);
@@ -649,6 +650,55 @@ TEST_F(ObserverMarksTest, AMarkOrReArmFailureIsReportedWithNoObserverLockHeld) {
   EXPECT_EQ(reporter_.Count(kObserverMarkErrors), 2);
   EXPECT_EQ(answered, 2) << "the positive control: each failure reached the log";
   EXPECT_EQ(blocked, 0) << "a report was made with an observer lock held";
+  observer_.reset();  // before the log's captures go
+}
+
+TEST_F(ObserverMarksTest, AnotherAgentIsToldWithNoObserverLockHeld) {
+  // What the prober registry tells (a change of the other agents, or its
+  // failure) goes to the agent's callbacks, which may call the observer (a
+  // Drain, its counters). Told while Drain held its lock, the log's own
+  // Drain would block: the log drains on another thread and gives up after
+  // 5 s, so a regression fails here instead of hanging.
+  test::TempDir state("/tmp/shmk-observer-probers-");
+  Result<std::unique_ptr<ProberRegistry>> joined = ProberRegistry::Join(state.path());
+  ASSERT_TRUE(joined.ok()) << joined.status().message();
+  std::shared_ptr<ProberRegistry> registry = std::move(*joined);
+  // Told once (one change: the child joins), on whichever thread drained
+  // its events (the observer's own, or this one).
+  int answered = 0, blocked = 0;
+  std::future<void> ask;  // a blocked ask ends once the lock goes
+  std::promise<void> told;
+  observer_ = std::make_unique<Observer>([] {}, [] {}, &reporter_, ObserverOptions{});
+  observer_->SetProbers(registry, [&](const std::string&) {
+    if (ask.valid()) return;
+    ask = std::async(std::launch::async, [&] { observer_->Drain(); });
+    (ask.wait_for(std::chrono::seconds(5)) == std::future_status::ready ? answered : blocked)++;
+    told.set_value();
+  });
+  ASSERT_TRUE(observer_->Start().ok());
+  ASSERT_TRUE(observer_->Watch(dir_fd_, dev_, nullptr, Reopen()));
+  FileKey key = Make("seg");
+  EXPECT_TRUE(observer_->Check(dir_fd_, "seg", key).probed_now);  // marked: its opens are events
+  // Another agent (registered in the child itself) opens and closes it,
+  // and stays registered.
+  std::string path = dir_ + "/seg";
+  const std::string& dir = state.path();
+  Spawn([path, dir] {
+    Result<std::unique_ptr<ProberRegistry>> r = ProberRegistry::Join(dir);
+    if (!r.ok()) ::_exit(1);
+    (void)r->release();  // registered until the child exits
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) ::_exit(1);
+    ::close(fd);
+  });
+  observer_->Drain();
+  ASSERT_EQ(told.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the new agent never reached the log";
+  ask.wait();
+  EXPECT_EQ(observer_->counters().other_agents, 1);
+  EXPECT_GE(observer_->counters().prober_events, 1);
+  EXPECT_EQ(answered, 1) << "the positive control: the new agent reached the log";
+  EXPECT_EQ(blocked, 0) << "the probers log was called with the observer's drain lock held";
   observer_.reset();  // before the log's captures go
 }
 

@@ -64,7 +64,7 @@ Status Agent::Start() {
     if (!events.ok()) receiver_.reset();
   }
   if (config.agent.observe) {
-    if (!observer_opts_.clock) observer_opts_.clock = [clock = clock_] { return clock->Now(); };
+    if (observer_opts_.clock == RealClock()) observer_opts_.clock = clock_;  // the agent's, unless a test named another
     observer_ =
         std::make_unique<Observer>([this] { loop_->PokeUsage(); }, [this] { Poke(); }, reporter_.get(), observer_opts_);
     observer_->SetProbers(probers_, [this](const std::string& line) { log_(LogLevel::kInfo, line); });

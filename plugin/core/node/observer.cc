@@ -17,7 +17,6 @@
 namespace shmkeeper {
 namespace {
 
-using observer_internal::kMaxPids;
 using observer_internal::Remember;
 
 constexpr size_t kBatch = 4096;     // events applied at once (after one look at who else probes)
@@ -25,6 +24,18 @@ constexpr size_t kMaxCreators = 8;  // recent creators remembered per tmpfs
 constexpr uint64_t kUse = FAN_OPEN | FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE;
 // FAN_ATTRIB: a marked file's link count (its unlink), mode, owner or times.
 constexpr uint64_t kChange = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB;
+
+FileUse::Verdict ModelVerdict(ProbeVerdict v) {
+  switch (v) {
+    case ProbeVerdict::kHeld:
+      return FileUse::Verdict::kHeld;
+    case ProbeVerdict::kUnheld:
+      return FileUse::Verdict::kUnheld;
+    case ProbeVerdict::kGone:
+      return FileUse::Verdict::kGone;
+  }
+  return FileUse::Verdict::kFailed;
+}
 
 std::string Key(const FileKey& k) { return std::to_string(k.dev) + ":" + std::to_string(k.ino); }
 
@@ -79,20 +90,19 @@ Status Observer::Start() {
   return Status::Ok();
 }
 
-std::optional<Observer::Clock::time_point> Observer::FloorLocked(dev_t dev) const {
-  std::optional<Clock::time_point> floor = floor_;
-  if (auto it = dev_floor_.find(dev); it != dev_floor_.end() && (!floor || it->second > *floor)) floor = it->second;
+std::optional<Observer::TimePoint> Observer::FloorLocked(dev_t dev) const {
+  std::optional<TimePoint> floor = floor_;
+  auto it = fs_.find(dev);
+  if (it != fs_.end() && it->second.floor && (!floor || *it->second.floor > *floor)) floor = it->second.floor;
   return floor;
 }
 
 Observer::Use Observer::UseLocked(const Inode& in, dev_t dev) const {
   Use u;
-  u.held = in.held;
-  u.pids = in.pids;
-  u.holders_pending = in.holders_pending && in.held;
-  if (in.active) u.last_activity = in.last_activity;
-  std::optional<Clock::time_point> floor = FloorLocked(dev);
-  if (floor && (!u.last_activity || *floor > *u.last_activity)) u.last_activity = floor;
+  u.held = in.use.held();
+  u.pids = in.use.pids();
+  u.holders_pending = in.use.holders() == FileUse::Holders::kPending && in.use.held();
+  u.last_activity = in.use.LastActivity(FloorLocked(dev));
   return u;
 }
 
@@ -108,7 +118,9 @@ Status Observer::MarkForUse(int fd, const FileKey& key) {
   bool over_budget = false;
   {
     MutexLock l(&mu_);
-    if (all_uses_.count(key.dev)) return Status::Ok();  // every open there is an event already
+    if (auto f = fs_.find(key.dev); f != fs_.end() && f->second.all_uses) {
+      return Status::Ok();  // every open there is an event already
+    }
     auto it = inodes_.find(key);
     bool marked = it != inodes_.end() && it->second.marked;
     over_budget = !marked && max_marks_ >= 0 && counters_.inode_marks >= max_marks_;
@@ -129,7 +141,9 @@ Status Observer::MarkForUse(int fd, const FileKey& key) {
   if (!wide.ok()) return wide.WithContext("after " + s.message());
   {
     MutexLock l(&mu_);
-    if (!all_uses_.insert(key.dev).second) return Status::Ok();
+    FsState& fs = fs_[key.dev];
+    if (fs.all_uses) return Status::Ok();
+    fs.all_uses = true;
     counters_.mark_fallbacks++;
   }
   if (reporter_) {
@@ -145,14 +159,9 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
   {
     MutexLock l(&mu_);
     Inode& in = inodes_[key];
-    std::optional<Clock::time_point> floor = FloorLocked(key.dev);
-    bool stale = in.dirty || !in.probed || (floor && in.probed_at <= *floor);
-    if (!stale) return UseLocked(in, key.dev);
-    in.dirty = false;  // an event from here on makes it dirty again
-    in.probed_at = Now();
-    in.probing++;
-    in.prober_closed = false;
-    walked_empty = in.walked_empty;
+    if (!in.use.NeedsProbe(FloorLocked(key.dev))) return UseLocked(in, key.dev);
+    in.use.ProbeBegan(Now());  // an event from here on makes its verdict stale
+    walked_empty = in.use.holders() == FileUse::Holders::kWalkedEmpty;
   }
   Result<ProbeVerdict> v = Probe(dir_fd, name, key);
   if (!v.ok() && reporter_) {
@@ -178,17 +187,12 @@ Observer::Use Observer::CheckOne(int dir_fd, const std::string& name, const File
     }
   }
   MutexLock l(&mu_);
-  Inode& in = inodes_[key];
-  if (in.probing > 0) in.probing--;
-  for (pid_t pid : holders) Remember(&in.pids, pid, kMaxPids);
-  in.holders_pending = pending;
-  in.probed = true;
+  Inode& in = inodes_[key];  // made afresh (stale) if its device was forgotten meanwhile
+  in.use.ProbeEnded(!v.ok() ? FileUse::Verdict::kFailed : ModelVerdict(*v), holders, pending);
   // kGone: the name is gone since the directory was read (nobody holds this
   // name); the listing that showed it is stale, and this inode, unmarked,
   // would report no removal: list again.
-  in.held = !v.ok() || *v == ProbeVerdict::kHeld;
-  if (!v.ok() || *v == ProbeVerdict::kGone) in.dirty = true;
-  if (v.ok() && *v == ProbeVerdict::kGone) layout_[key.dev]++;
+  if (v.ok() && *v == ProbeVerdict::kGone) fs_[key.dev].layout++;
   Use u = UseLocked(in, key.dev);
   u.probed_now = true;
   u.gone = v.ok() && *v == ProbeVerdict::kGone;
@@ -200,13 +204,10 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
   bool prober_closed = false;
   {
     MutexLock l(&mu_);
-    auto it = inodes_.find(key);
-    std::optional<Clock::time_point> floor = FloorLocked(key.dev);
-    if (it != inodes_.end() && it->second.probed && !it->second.dirty && !(floor && it->second.probed_at <= *floor)) {
-      settled = it->second.held;
-      prober_closed = it->second.prober_closed;
-    }
-    inodes_[key].dirty = true;  // Check below probes afresh
+    FileUse& use = inodes_[key].use;
+    settled = use.Settled(FloorLocked(key.dev));
+    if (settled) prober_closed = use.prober_closed();
+    use.MarkStale();  // Check below probes afresh
   }
   Use fresh = CheckOne(dir_fd, name, key, /*walk=*/false);
   // "Held" by a probe that another agent's overlapping probe answered (its
@@ -219,7 +220,7 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
     bool again_dirty = false;
     {
       MutexLock l(&mu_);
-      again_dirty = inodes_[key].dirty;
+      again_dirty = inodes_[key].use.stale();
     }
     if (!again_dirty) {
       reporter_->Report(kAuditMissedEvent,
@@ -238,27 +239,29 @@ Observer::Use Observer::Audit(int dir_fd, const std::string& name, const FileKey
 ObserverCounters Observer::counters() const {
   MutexLock l(&mu_);
   ObserverCounters c = counters_;
-  c.unmarked = static_cast<int64_t>(unmarked_.size());
+  c.unmarked =
+      std::count_if(fs_.begin(), fs_.end(), [](const auto& kv) { return kv.second.mark == FsState::Mark::kUnmarked; });
   return c;
 }
 
-void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) {
+void Observer::OnEvent(const FanEvent& e, TimePoint now, bool* changed) {
   if (e.overflow) {
     floor_ = now;
     counters_.overflows++;
     overflow_pending_ = true;
-    for (auto& [_, n] : layout_) n++;
+    for (auto& [_, fs] : fs_) fs.layout++;
     return;
   }
-  if (e.dev == 0 || !watched_.count(e.dev)) return;
+  FsState* fs = e.dev == 0 ? nullptr : MarkedLocked(e.dev);
+  if (!fs) return;
   // The agent's own renames and removals (reclaim, quarantine) change what a
   // listing holds too; they are not use.
-  if (e.mask & kChange) layout_[e.dev]++;
+  if (e.mask & kChange) fs->layout++;
   if (e.pid == self_) return;  // the agent's own probes and reclaim
   if (e.mask & kChange) *changed = true;
-  if ((e.mask & FAN_CREATE) && opts_.disarm_creates && !disarmed_.count(e.dev)) to_disarm_.insert(e.dev);
+  if ((e.mask & FAN_CREATE) && opts_.disarm_creates && fs->creates == FsState::Creates::kArmed) fs->disarm_due = true;
   if ((e.mask & (FAN_CREATE | FAN_MOVED_TO)) && !(e.mask & FAN_ONDIR) && e.pid > 0 && !others_.count(e.pid)) {
-    Remember(&creators_[e.dev], e.pid, kMaxCreators);  // the likely holders of files first probed held
+    Remember(&fs->creators, e.pid, kMaxCreators);  // the likely holders of files first probed held
   }
   if (!(e.mask & kUse) || (e.mask & FAN_ONDIR)) return;
   if (e.pid > 0 && others_.count(e.pid)) {  // another agent's probe or reclaim
@@ -266,16 +269,10 @@ void Observer::OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) 
     return;
   }
   if (e.ino == 0) {  // cannot tell which file: all of that filesystem
-    dev_floor_[e.dev] = now;
+    fs->floor = now;
     return;
   }
-  Inode& in = inodes_[FileKey{e.dev, e.ino}];
-  in.dirty = true;
-  in.active = true;
-  in.last_activity = now;
-  in.rechecked = false;
-  in.walked_empty = false;
-  if (e.pid > 0) Remember(&in.pids, e.pid, kMaxPids);
+  inodes_[FileKey{e.dev, e.ino}].use.OnUse(now, e.pid);
 }
 
 void Observer::OnProberUse(const FanEvent& e) {
@@ -283,22 +280,17 @@ void Observer::OnProberUse(const FanEvent& e) {
   if (!(e.mask & (FAN_CLOSE_WRITE | FAN_CLOSE_NOWRITE)) || e.ino == 0) return;
   auto it = inodes_.find(FileKey{e.dev, e.ino});
   if (it == inodes_.end()) return;
-  Inode& in = it->second;
-  in.prober_closed = true;
   // Its probe may have overlapped ours, which then said "held": once per
   // real event, probe again (no activity, no pid: it is not use).
-  if (!in.rechecked && (in.probing > 0 || (in.probed && in.held && !in.dirty))) {
-    in.dirty = true;
-    in.rechecked = true;
-  }
+  it->second.use.OnProberClose();
 }
 
-void Observer::RefreshProbers() {
+void Observer::RefreshProbers(ProberNews* news) {
   if (!probers_) return;
   Result<std::set<pid_t>> others = probers_->Others();
-  if (!others.ok() && reporter_) {
-    reporter_->Report(kObserverProberErrors, "cannot tell the node's other agents (their lease probes count as use): " +
-                                                 others.status().message());
+  if (!others.ok()) {
+    news->errors.push_back("cannot tell the node's other agents (their lease probes count as use): " +
+                           others.status().message());
   }
   std::set<pid_t> now = others.ok() ? std::move(*others) : std::set<pid_t>{};
   bool moved = false;
@@ -310,17 +302,18 @@ void Observer::RefreshProbers() {
       counters_.other_agents = static_cast<int64_t>(now.size());
     }
   }
-  if (moved && probers_log_) {
-    probers_log_(now.empty() ? "no other shmkeeperd is registered in " + probers_->path() +
-                                   " any more: every other process's opens are use"
-                             : "other shmkeeperd processes registered in " + probers_->path() + ": pid " +
-                                   PidList(now) + " (their lease probes are not use)");
+  if (moved) {
+    news->changes.push_back(now.empty() ? "no other shmkeeperd is registered in " + probers_->path() +
+                                              " any more: every other process's opens are use"
+                                        : "other shmkeeperd processes registered in " + probers_->path() + ": pid " +
+                                              PidList(now) + " (their lease probes are not use)");
   }
 }
 
 void Observer::Drain() {
   if (!fan_) return;
   bool changed = false, overflow = false;
+  ProberNews news;  // told after drain_mu_ is released (the callbacks may call back)
   {
     // One drain at a time: a caller's drain returns only after every event
     // read so far (by either thread) has been applied.
@@ -333,7 +326,7 @@ void Observer::Drain() {
     auto apply = [&] {
       if (std::any_of(batch.begin(), batch.end(),
                       [&](const FanEvent& e) { return !e.overflow && e.pid > 0 && e.pid != self_; })) {
-        RefreshProbers();
+        RefreshProbers(&news);
       }
       MutexLock l(&mu_);
       for (const FanEvent& e : batch) {
@@ -351,16 +344,25 @@ void Observer::Drain() {
     if (!ok) {
       MutexLock l(&mu_);
       floor_ = now;  // treat a broken read as lost events
-      for (auto& [_, n] : layout_) n++;
+      for (auto& [_, fs] : fs_) fs.layout++;
       overflow = true;
       overflow_pending_ = true;
     }
     std::set<dev_t> disarm;
     {
       MutexLock l(&mu_);
-      disarm.swap(to_disarm_);
+      for (auto& [dev, fs] : fs_) {
+        if (fs.disarm_due) disarm.insert(dev);
+        fs.disarm_due = false;
+      }
     }
     for (dev_t dev : disarm) Disarm(dev);
+  }
+  for (const std::string& e : news.errors) {
+    if (reporter_) reporter_->Report(kObserverProberErrors, e);
+  }
+  for (const std::string& c : news.changes) {
+    if (probers_log_) probers_log_(c);
   }
   if (overflow && on_overflow_) on_overflow_();
   if (changed && on_change_) on_change_();

@@ -14,7 +14,9 @@
 // or close it saw, the pids seen, and the verdict of its last lease probe
 // (lease_probe.h). An event makes the inode dirty; a dirty (or never probed)
 // inode is probed again when a scan asks (Check), and nothing else is ever
-// probed. So:
+// probed. Those per-inode states and their transitions are one model,
+// FileUse (file_use.h: its header is the state table); what is known per
+// device number is one FsState record (below). So:
 //  - "held" is the kernel's word at the moment of the probe, and stays true
 //    until a close is reported (a release of any open file description,
 //    including the last munmap of a closed fd, is a FAN_CLOSE event);
@@ -81,24 +83,27 @@
 // callbacks run on the observer's thread and must not call back into it.
 //
 // Lock order (SHMK_ACQUIRED_BEFORE below; each object's locks are private):
-//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_; the Reporter's mutex is
-// taken with at most drain_mu_ held (a report is made after mu_ and arm_mu_ are released),
-// and Fanotify's mutex is a leaf: the observer calls Fanotify::Mark,
-// Creates and Forget with at most drain_mu_ or arm_mu_ held, never mu_, and
-// Fanotify::Read decodes under its own lock and calls its callback after
-// releasing it (the callback, Drain's batch, then takes mu_). The
-// ProberRegistry is asked (RefreshProbers) with drain_mu_ held and mu_ not.
+//   Observer::drain_mu_  ->  Observer::arm_mu_  ->  Observer::mu_.
+// The Reporter's mutex is taken with none of the observer's locks held
+// (every report is made after they are released), and Fanotify's mutex is a
+// leaf: the observer calls Fanotify::Mark, Creates and Forget with at most
+// drain_mu_ or arm_mu_ held, never mu_, and Fanotify::Read decodes under
+// its own lock and calls its callback after releasing it (the callback,
+// Drain's batch, then takes mu_). The ProberRegistry is asked
+// (RefreshProbers) with drain_mu_ held and mu_ not; it makes no callback.
+// The per-file model (FileUse) and the per-filesystem records are plain
+// data under mu_: they take no lock and call nothing.
 // Callbacks and who holds what when they run:
 //  - on_change / on_overflow (the agent's Poke): after Drain released every
 //    lock; none held;
-//  - the probers log (SetProbers): from RefreshProbers, with drain_mu_ held
-//    (not mu_);
+//  - the probers log (SetProbers) and the Reporter's log for a
+//    prober-registry failure: what RefreshProbers learnt, told by Drain
+//    after it released drain_mu_; none held;
 //  - the Reporter's log: Reporter::Report calls it after releasing the
-//    Reporter's mutex; the observer reports with none of its locks held,
-//    except a prober-registry failure (RefreshProbers, drain_mu_ held): that
-//    log must not call into the observer;
+//    Reporter's mutex; the observer reports with none of its locks held;
 //  - a Reopen (Watch): from Disarm (in Drain), with drain_mu_ held, before
-//    arm_mu_ and mu_ are taken.
+//    arm_mu_ and mu_ are taken: it must not call into the observer (the
+//    scan's open of a pod's /dev/shm does not).
 // The Scanner calls the observer from its one thread and holds none of
 // these while doing so; the agent's scan lock (engine.h) is taken before
 // any of them.
@@ -117,10 +122,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/fileutil.h"
 #include "base/mutex.h"
 #include "base/status.h"
 #include "node/fanotify.h"
+#include "node/file_use.h"
 #include "node/probers.h"
 #include "node/reporter.h"
 #include "scan/lease_probe.h"
@@ -171,10 +178,10 @@ struct ObserverOptions {
   // (Watch). False keeps them armed (tests' control: every create is an
   // event again).
   bool disarm_creates = true;
-  // The time (leveldb's Env): every timing rule (holder_walk_every, the
-  // walk's reuse, activity times) reads it. Null: std::chrono::steady_clock.
-  // Tests advance a fake one instead of waiting.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  // The time (leveldb's Env; base/clock.h, not owned, outlives the
+  // observer): every timing rule (holder_walk_every, the walk's reuse,
+  // activity times) reads it. Tests advance a FakeClock instead of waiting.
+  Clock* clock = RealClock();
   // Test seam, called before each filesystem mark and each re-arm of its
   // creates: an error fails that call as the kernel would (fs.fanotify.max_user_marks is node-wide; tests do
   // not touch it). Null: none.
@@ -183,7 +190,7 @@ struct ObserverOptions {
 
 class Observer {
  public:
-  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::TimePoint;
   // `on_change`: a file was created, removed, renamed or closed after writing
   // (usage may have changed; a light refresh is due). `on_overflow`: events
   // were lost (a walk of /proc is due). `reporter` (may be null; outlives the
@@ -251,7 +258,7 @@ class Observer {
     bool held = true;
     // The last open or close reported, or the last overflow (whichever is
     // later); none when nothing happened to it since the agent started.
-    std::optional<Clock::time_point> last_activity;
+    std::optional<TimePoint> last_activity;
     std::vector<pid_t> pids;  // processes seen opening or closing it (at most 8, newest last)
     bool probed_now = false;  // this answer is a fresh probe (else the cached verdict)
     bool gone = false;        // the fresh probe found the name gone (or another inode): not a file any more
@@ -284,31 +291,54 @@ class Observer {
   ObserverCounters counters() const;
 
  private:
+  // A file's record: its use (the model, file_use.h) and whether the
+  // observer placed an inode mark on it (counted in inode_marks).
   struct Inode {
-    Clock::time_point last_activity{};
-    bool active = false;  // last_activity is set
-    bool dirty = true;
-    bool probed = false;
-    bool held = true;
-    bool marked = false;  // an inode mark was placed (counted in inode_marks)
-    Clock::time_point probed_at{};
-    std::vector<pid_t> pids;
-    int probing = 0;               // probes of it running now
-    bool prober_closed = false;    // a registered prober closed it since our last probe began
-    bool rechecked = false;        // re-probed for a prober's close since the last real event
-    bool holders_pending = false;  // waiting for the holder walk
-    bool walked_empty = false;     // the holder walk found no process since its last event
+    FileUse use;
+    bool marked = false;
   };
+  // What the observer knows of one device number, for one superblock at a
+  // time (Identity above): one record per device, so that forgetting a
+  // device is one reset (ForgetDeviceLocked) and Retain one erase.
+  struct FsState {
+    // Its filesystem mark: none (never tried, or forgotten), placed on the
+    // superblock `fsid`, or the last try failed (`fsid` as read then; every
+    // later Watch tries again, and its files are kept meanwhile).
+    enum class Mark { kNone, kMarked, kUnmarked };
+    // FAN_CREATE on that mark: armed; removed at a create (see Watch);
+    // removed, and the re-arm failed (no Layout until one succeeds).
+    enum class Creates { kArmed, kDisarmed, kRearmFailed };
+    Mark mark = Mark::kNone;
+    uint64_t fsid = 0;
+    bool all_uses = false;  // watched for every open and close (an inode mark failed)
+    Creates creates = Creates::kArmed;
+    bool disarm_due = false;         // a create read by this drain (Drain disarms)
+    Reopen reopen;                   // see Watch
+    std::vector<pid_t> creators;     // recent FAN_CREATE/MOVED_TO pids, newest last
+    std::optional<TimePoint> floor;  // the last of its events that named no inode
+    uint64_t layout = 0;             // see Layout: kept across a forget, erased by Retain alone
+  };
+  // `dev`'s record when its filesystem mark is placed, else null.
+  const FsState* MarkedLocked(dev_t dev) const SHMK_REQUIRES(mu_);
+  FsState* MarkedLocked(dev_t dev) SHMK_REQUIRES(mu_);
   void Run();
-  Clock::time_point Now() const { return opts_.clock ? opts_.clock() : Clock::now(); }
-  void OnEvent(const FanEvent& e, Clock::time_point now, bool* changed) SHMK_REQUIRES(mu_);
+  TimePoint Now() const { return opts_.clock->Now(); }
+  void OnEvent(const FanEvent& e, TimePoint now, bool* changed) SHMK_REQUIRES(mu_);
   // An open or close by another registered agent (see the model above).
   void OnProberUse(const FanEvent& e) SHMK_REQUIRES(mu_);
-  // Asks the registry who else probes, now. Called with drain_mu_ held.
-  void RefreshProbers() SHMK_EXCLUDES(mu_);
+  // What RefreshProbers learnt, told by Drain once it holds no lock: the
+  // registry's failures (to the Reporter) and changes of the set of other
+  // agents (to the probers log).
+  struct ProberNews {
+    std::vector<std::string> errors;
+    std::vector<std::string> changes;
+  };
+  // Asks the registry who else probes, now. Called with drain_mu_ held: it
+  // makes no callback, it adds to `news`.
+  void RefreshProbers(ProberNews* news) SHMK_EXCLUDES(mu_);
   // The floor below which cached verdicts and activity times are stale for
   // files on `dev`. REQUIRES: mu_ held.
-  std::optional<Clock::time_point> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
+  std::optional<TimePoint> FloorLocked(dev_t dev) const SHMK_REQUIRES(mu_);
   Use UseLocked(const Inode& in, dev_t dev) const SHMK_REQUIRES(mu_);
   Result<ProbeVerdict> Probe(int dir_fd, const std::string& name, const FileKey& key);
   // Check; `walk`: a held file no known process holds may be walked for
@@ -354,24 +384,15 @@ class Observer {
   Mutex arm_mu_ SHMK_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   std::map<FileKey, Inode> inodes_ SHMK_GUARDED_BY(mu_);
-  std::map<dev_t, uint64_t> watched_ SHMK_GUARDED_BY(mu_);             // marked: device -> fsid of its superblock
-  std::map<dev_t, uint64_t> unmarked_ SHMK_GUARDED_BY(mu_);            // the last mark failed: device -> fsid
-  std::set<dev_t> all_uses_ SHMK_GUARDED_BY(mu_);                      // watched for every open and close
-  std::set<dev_t> disarmed_ SHMK_GUARDED_BY(mu_);                      // FAN_CREATE removed (see Watch)
-  std::set<dev_t> arm_failed_ SHMK_GUARDED_BY(mu_);                    // disarmed, re-arm failed: no Layout
-  std::map<dev_t, Reopen> reopen_ SHMK_GUARDED_BY(mu_);                // see Watch
-  std::set<dev_t> to_disarm_ SHMK_GUARDED_BY(mu_);                     // a create read by this drain
-  std::map<dev_t, std::vector<pid_t>> creators_ SHMK_GUARDED_BY(mu_);  // recent FAN_CREATE/MOVED_TO pids
-  std::set<FileKey> pending_walk_ SHMK_GUARDED_BY(mu_);                // files waiting for the holder walk
-  std::optional<Clock::time_point> last_walk_ SHMK_GUARDED_BY(mu_);    // the last holder walk
+  std::map<dev_t, FsState> fs_ SHMK_GUARDED_BY(mu_);         // every fact kept per device number
+  std::set<FileKey> pending_walk_ SHMK_GUARDED_BY(mu_);      // files waiting for the holder walk
+  std::optional<TimePoint> last_walk_ SHMK_GUARDED_BY(mu_);  // the last holder walk
   // What the last holder walk found: every holder of every file on the tmpfs
   // it covered, reused for a moment (observer.cc, kWalkReuse).
-  std::optional<Clock::time_point> walked_at_ SHMK_GUARDED_BY(mu_);
+  std::optional<TimePoint> walked_at_ SHMK_GUARDED_BY(mu_);
   std::set<dev_t> walked_devs_ SHMK_GUARDED_BY(mu_);
   std::map<FileKey, std::vector<pid_t>> walked_ SHMK_GUARDED_BY(mu_);
-  std::map<dev_t, Clock::time_point> dev_floor_ SHMK_GUARDED_BY(mu_);  // undecodable events per device
-  std::map<dev_t, uint64_t> layout_ SHMK_GUARDED_BY(mu_);              // see Layout
-  std::optional<Clock::time_point> floor_ SHMK_GUARDED_BY(mu_);        // the last overflow
+  std::optional<TimePoint> floor_ SHMK_GUARDED_BY(mu_);  // the last overflow
   ObserverCounters counters_ SHMK_GUARDED_BY(mu_);
   std::shared_ptr<ProberRegistry> probers_;              // set before Start
   std::function<void(const std::string&)> probers_log_;  // set before Start

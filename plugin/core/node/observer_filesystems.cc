@@ -11,20 +11,30 @@
 
 namespace shmkeeper {
 
+const Observer::FsState* Observer::MarkedLocked(dev_t dev) const {
+  auto it = fs_.find(dev);
+  return it != fs_.end() && it->second.mark == FsState::Mark::kMarked ? &it->second : nullptr;
+}
+
+Observer::FsState* Observer::MarkedLocked(dev_t dev) {
+  auto it = fs_.find(dev);
+  return it != fs_.end() && it->second.mark == FsState::Mark::kMarked ? &it->second : nullptr;
+}
+
 bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now, Reopen reopen) {
   if (marked_now) *marked_now = false;
   Result<uint64_t> fsid = FilesystemId(dir_fd);
   std::optional<uint64_t> known;
   {
     MutexLock l(&mu_);
-    if (auto it = watched_.find(dev); it != watched_.end()) known = it->second;
+    if (const FsState* fs = MarkedLocked(dev)) known = fs->fsid;
   }
   // The same number on another superblock (a new pod's tmpfs), or one whose
   // identity cannot be read: nothing known under the number is about it.
   if (known && (!fsid.ok() || *known != *fsid)) ForgetSuperblock(dev);
   {
     MutexLock l(&mu_);
-    if (reopen) reopen_[dev] = std::move(reopen);  // the newest way in (a pod's access pid may change)
+    if (reopen) fs_[dev].reopen = std::move(reopen);  // the newest way in (a pod's access pid may change)
   }
   if (known && fsid.ok() && *known == *fsid) {
     Rearm(dir_fd, dev);  // before the caller lists the directory
@@ -37,16 +47,19 @@ bool Observer::Watch(int dir_fd, dev_t dev, bool* marked_now, Reopen reopen) {
   if (s.ok()) s = fan_->Mark(dir_fd, dev);
   {
     MutexLock l(&mu_);
+    FsState& fs = fs_[dev];
     if (s.ok()) {
-      watched_[dev] = *fsid;
-      disarmed_.erase(dev);
-      layout_[dev]++;  // a new mark: nothing measured before it counts
-      if (unmarked_.erase(dev)) counters_.mark_retries++;
+      if (fs.mark == FsState::Mark::kUnmarked) counters_.mark_retries++;
+      fs.mark = FsState::Mark::kMarked;
+      fs.fsid = *fsid;
+      fs.creates = FsState::Creates::kArmed;
+      fs.layout++;  // a new mark: nothing measured before it counts
       if (marked_now) *marked_now = true;
       return true;
     }
     // Never a mode: the next Watch tries again; meanwhile its files are kept.
-    unmarked_[dev] = fsid.ok() ? *fsid : 0;
+    fs.mark = FsState::Mark::kUnmarked;
+    fs.fsid = fsid.ok() ? *fsid : 0;
     counters_.mark_failures++;
   }
   if (reporter_) {  // without the lock: the report logs through the agent's callback
@@ -63,20 +76,16 @@ void Observer::ForgetSuperblock(dev_t dev) {
   if (fan_) fan_->Forget(dev);
   MutexLock l(&mu_);
   ForgetDeviceLocked(dev);
-  layout_[dev]++;  // never the value a listing of the old superblock was cached under
+  fs_[dev].layout++;  // never the value a listing of the old superblock was cached under
   counters_.superblock_changes++;
 }
 
 void Observer::ForgetDeviceLocked(dev_t dev) {
-  watched_.erase(dev);
-  unmarked_.erase(dev);
-  dev_floor_.erase(dev);
-  all_uses_.erase(dev);
-  disarmed_.erase(dev);
-  arm_failed_.erase(dev);
-  reopen_.erase(dev);
-  to_disarm_.erase(dev);
-  creators_.erase(dev);
+  if (auto it = fs_.find(dev); it != fs_.end()) {
+    FsState fresh;
+    fresh.layout = it->second.layout;  // only ever moves on while the scan may hold a listing of it
+    it->second = std::move(fresh);
+  }
   walked_devs_.erase(dev);
   std::erase_if(walked_, [dev](const auto& kv) { return kv.first.dev == dev; });
   std::erase_if(pending_walk_, [dev](const FileKey& k) { return k.dev == dev; });
@@ -96,19 +105,21 @@ void Observer::Rearm(int dir_fd, dev_t dev) {
     MutexLock a(&arm_mu_);
     {
       MutexLock l(&mu_);
-      if (!disarmed_.count(dev)) return;
+      const FsState* fs = MarkedLocked(dev);
+      if (!fs || fs->creates == FsState::Creates::kArmed) return;
     }
     s = opts_.mark_fault ? opts_.mark_fault(dev) : Status::Ok();
     if (s.ok()) s = fan_->Creates(dir_fd, true);
     MutexLock l(&mu_);
-    layout_[dev]++;  // creates while disarmed were no events: the listing cache must not be reused
+    FsState& fs = fs_[dev];
+    fs.layout++;  // creates while disarmed were no events: the listing cache must not be reused
     if (s.ok()) {
-      disarmed_.erase(dev);
-      arm_failed_.erase(dev);
+      fs.creates = FsState::Creates::kArmed;
       counters_.rearms++;
       return;
     }
-    first_failure = arm_failed_.insert(dev).second;
+    first_failure = fs.creates != FsState::Creates::kRearmFailed;
+    fs.creates = FsState::Creates::kRearmFailed;
   }
   if (first_failure && reporter_) {  // without the locks: the report logs through the agent's callback
     reporter_->Report(kObserverMarkErrors, "cannot re-arm the create events of the tmpfs of device " +
@@ -120,9 +131,9 @@ void Observer::Disarm(dev_t dev) {
   Reopen reopen;
   {
     MutexLock l(&mu_);
-    auto it = reopen_.find(dev);
-    if (!watched_.count(dev) || disarmed_.count(dev) || it == reopen_.end()) return;
-    reopen = it->second;
+    const FsState* fs = MarkedLocked(dev);
+    if (!fs || fs->creates != FsState::Creates::kArmed || !fs->reopen) return;
+    reopen = fs->reopen;
   }
   Result<UniqueFd> fd = reopen();
   struct stat st;
@@ -135,49 +146,42 @@ void Observer::Disarm(dev_t dev) {
   MutexLock a(&arm_mu_);
   {
     MutexLock l(&mu_);
-    auto w = watched_.find(dev);
-    if (w == watched_.end() || w->second != *fsid || disarmed_.count(dev)) return;
+    const FsState* fs = MarkedLocked(dev);
+    if (!fs || fs->fsid != *fsid || fs->creates != FsState::Creates::kArmed) return;
   }
   if (!fan_->Creates(fd->get(), false).ok()) return;  // still armed: an event per create, nothing missed
   MutexLock l(&mu_);
-  disarmed_.insert(dev);
-  layout_[dev]++;
+  FsState& fs = fs_[dev];
+  fs.creates = FsState::Creates::kDisarmed;
+  fs.layout++;
   counters_.disarms++;
 }
 
 std::optional<uint64_t> Observer::Layout(dev_t dev) const {
   MutexLock l(&mu_);
-  if (!watched_.count(dev) || arm_failed_.count(dev)) return std::nullopt;
-  auto it = layout_.find(dev);
-  return it == layout_.end() ? 0 : it->second;
+  const FsState* fs = MarkedLocked(dev);
+  if (!fs || fs->creates == FsState::Creates::kRearmFailed) return std::nullopt;
+  return fs->layout;
 }
 
 bool Observer::Watching(dev_t dev) const {
   MutexLock l(&mu_);
-  return watched_.count(dev) > 0;
+  return MarkedLocked(dev) != nullptr;
 }
 
 void Observer::Retain(const std::set<dev_t>& devs, const std::set<FileKey>& live) {
   std::vector<dev_t> gone;
   {
     MutexLock l(&mu_);
-    for (const auto& [d, _] : watched_) {
-      if (!devs.count(d)) gone.push_back(d);
-    }
-    std::set<dev_t> known;  // every device some fact is kept under
-    for (const auto& [d, _] : unmarked_) known.insert(d);
-    for (const auto& [d, _] : layout_) known.insert(d);
-    for (const auto& [d, _] : reopen_) known.insert(d);
-    for (const auto& [d, _] : creators_) known.insert(d);
-    for (const auto& [d, _] : dev_floor_) known.insert(d);
-    known.insert(gone.begin(), gone.end());
-    known.insert(all_uses_.begin(), all_uses_.end());
-    known.insert(disarmed_.begin(), disarmed_.end());
-    known.insert(arm_failed_.begin(), arm_failed_.end());
-    for (dev_t d : known) {
+    std::vector<dev_t> forget;
+    for (const auto& [d, fs] : fs_) {
       if (devs.count(d)) continue;
-      ForgetDeviceLocked(d);
-      layout_.erase(d);  // the scanner's listing cache forgets it at the same point
+      forget.push_back(d);
+      if (fs.mark == FsState::Mark::kMarked) gone.push_back(d);
+    }
+    for (dev_t d : forget) {
+      ForgetDeviceLocked(d);  // its files, its walk
+      fs_.erase(d);           // and its record: the scanner's listing cache forgets it at the same point
     }
     int64_t unmarked = 0;  // inode marks that went with their files (counted here: the lambda holds no lock)
     std::erase_if(inodes_, [&](const auto& kv) {

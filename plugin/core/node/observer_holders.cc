@@ -6,14 +6,10 @@
 #include <vector>
 
 #include "node/observer.h"
-#include "node/observer_internal.h"
 #include "scan/proc_table.h"
 
 namespace shmkeeper {
 namespace {
-
-using observer_internal::kMaxPids;
-using observer_internal::Remember;
 
 // How long a holder walk's findings name the holders of other files on the
 // same tmpfs (those a scan probes right after): long enough for one scan.
@@ -23,12 +19,7 @@ constexpr auto kWalkReuse = std::chrono::seconds(2);
 
 void Observer::Seed(const FileKey& key, const std::vector<pid_t>& pids) {
   MutexLock l(&mu_);
-  Inode& in = inodes_[key];
-  for (pid_t pid : pids) {
-    if (pid <= 0 || std::find(in.pids.begin(), in.pids.end(), pid) != in.pids.end()) continue;
-    in.pids.insert(in.pids.begin(), pid);  // older than any pid an event names
-    if (in.pids.size() > kMaxPids) in.pids.erase(in.pids.begin());
-  }
+  inodes_[key].use.Seed(pids);
 }
 
 std::vector<pid_t> Observer::Holders(const FileKey& key) {
@@ -36,9 +27,10 @@ std::vector<pid_t> Observer::Holders(const FileKey& key) {
   {
     MutexLock l(&mu_);
     if (auto it = inodes_.find(key); it != inodes_.end())
-      candidates.assign(it->second.pids.rbegin(), it->second.pids.rend());
-    if (auto it = creators_.find(key.dev); it != creators_.end()) {
-      for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
+      candidates.assign(it->second.use.pids().rbegin(), it->second.use.pids().rend());
+    if (auto it = fs_.find(key.dev); it != fs_.end()) {
+      const std::vector<pid_t>& creators = it->second.creators;
+      for (auto p = creators.rbegin(); p != creators.rend(); ++p) {
         if (std::find(candidates.begin(), candidates.end(), *p) == candidates.end()) candidates.push_back(*p);
       }
     }
@@ -101,18 +93,8 @@ std::map<FileKey, std::vector<pid_t>> Observer::RunWalk() {
   for (const FileKey& key : keys) {
     auto it = inodes_.find(key);
     if (it == inodes_.end()) continue;
-    Inode& in = it->second;
     auto f = found.find(key);
-    if (f == found.end() || f->second.empty()) {
-      // Held by no process /proc shows (a mount, a loop device, an O_PATH
-      // or a lease's holder): probe it again, without a walk, so the scan
-      // judges what holds it.
-      if (in.holders_pending) in.dirty = true;
-      in.walked_empty = true;
-    } else {
-      for (pid_t pid : f->second) Remember(&in.pids, pid, kMaxPids);
-    }
-    in.holders_pending = false;
+    it->second.use.WalkFound(f == found.end() ? std::vector<pid_t>{} : f->second);
   }
   return found;
 }

@@ -10,8 +10,6 @@
 
 namespace shmkeeper::observer_internal {
 
-inline constexpr size_t kMaxPids = 8;  // pids remembered per inode
-
 // Moves `pid` to the end of `pids` (the newest), keeping at most `max`.
 inline void Remember(std::vector<pid_t>* pids, pid_t pid, size_t max) {
   std::erase(*pids, pid);
