@@ -68,9 +68,10 @@ leaks:
 """
 
 
-def start_agent(base: Path, config_text: str, binary: Path = AGENTD) -> AgentProcess:
+def start_agent(base: Path, config_text: str, binary: Path = AGENTD, timeout=None) -> AgentProcess:
+    """AgentProcess(...).start(timeout=timeout): waits until it serves."""
     base.mkdir(parents=True, exist_ok=True)
-    return AgentProcess(base, config_text, binary).start()
+    return AgentProcess(base, config_text, binary).start(timeout=timeout)
 
 
 def metrics_port(agent: AgentProcess) -> int:
