@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from harness import SHMTOOL, oci_bundle, require, run, wait_for
+from harness import BULK_S, SHMTOOL, oci_bundle, read_line, require, run, wait_for
 from reclaim_attack import (INTERMITTENT_USER, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent)
 
@@ -130,34 +130,45 @@ def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs)
         agent = start_agent(base, agent_config(base, [], grace=f"{GRACE}s", runtime_roots=[state]))
         assert metric(agent, "shmkeeper_observer_mode", 'mode="fanotify"') == 1
         seconds = 3 * GRACE + 2
+        # One peer for both phases, ended by SIGTERM (runc forwards it) only after the last reclaim loop has
+        # stopped: once it stops attaching, `used` is a true leak after the grace, so a loop that outlives it
+        # (or starts before its first attach: `used` was last detached by its creator, before the agent
+        # started) rightly reclaims it. Its 600 s are a bound, never waited for.
         peer = subprocess.Popen(["runc", "--root", str(state), "exec", "sysv", "/t/shmtool", "sysv-use", str(used),
-                                 "300", str(seconds)], stdout=subprocess.PIPE, text=True)
-        loop = ReclaimLoop(agent)
-        seen = set()
+                                 "300", "600"], stdout=subprocess.PIPE, text=True)
         try:
-            while peer.poll() is None:
-                seen |= {l.get("state") for l in agent.json("leaks").get("leaks", []) if l.get("sysvId") == used}
-                time.sleep(0.1)
+            assert read_line(peer, 60, "the peer's first attach").startswith("ready"), "the peer did not attach"
+            loop = ReclaimLoop(agent)
+            seen = set()
+            try:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    seen |= {l.get("state") for l in agent.json("leaks").get("leaks", []) if l.get("sysvId") == used}
+                    time.sleep(0.1)
+            finally:
+                loop.stop()
+            assert peer.poll() is None, "the peer stopped while the reclaim loop ran"
+            assert not loop.errors, loop.errors
+            assert loop.calls >= 1, "no reclaim ran"
+            assert "LEAK_STATE_LEAKED" not in seen, seen
+            assert used in segments(), "the intermittently attached segment was removed"
+            # The control: the same creator's segment nobody attaches is reclaimed by the same kind of loop,
+            # while `used` is still attached every 300 ms.
+            loop = ReclaimLoop(agent)
+            try:
+                wait_for(lambda: control not in segments(), timeout=20, what="the unused SysV segment reclaimed")
+                assert used in segments()
+            finally:
+                loop.stop()
+            assert peer.poll() is None, "the peer stopped while the reclaim loop ran"
         finally:
-            loop.stop()
-        out = peer.communicate()[0]
-        assert not loop.errors, loop.errors
+            peer.terminate()
+            try:
+                out = peer.communicate(timeout=30)[0]
+            except subprocess.TimeoutExpired:
+                peer.kill()
+                raise
         assert "errors=0" in out and int(out.split("uses=")[1].split()[0]) >= seconds * 2, out
-        assert "LEAK_STATE_LEAKED" not in seen, seen
-        assert used in segments(), f"the intermittently attached segment was removed ({out})"
-        # The control: the same creator's segment nobody attaches is reclaimed by the same loop,
-        # while `used` is still attached every 300 ms (once its peer stops it is a true leak
-        # after the grace, and a slow control would see it reclaimed too).
-        peer = subprocess.Popen(["runc", "--root", str(state), "exec", "sysv", "/t/shmtool", "sysv-use", str(used),
-                                 "300", "60"], stdout=subprocess.PIPE, text=True)
-        loop = ReclaimLoop(agent)
-        try:
-            wait_for(lambda: control not in segments(), timeout=20, what="the unused SysV segment reclaimed")
-            assert used in segments()
-        finally:
-            loop.stop()
-            peer.kill()
-            peer.communicate()
     finally:
         run(["runc", "--root", state, "delete", "-f", "sysv"], check=False)
         if agent:

@@ -175,8 +175,10 @@ class ReclaimLoop:
             self.freed += len(json.loads(p.stdout or "{}").get("reclaimed", []))
 
     def stop(self):
+        """Returns once no reclaim is in flight (the one running when called ends first)."""
         self._stop.set()
         self._t.join(timeout=120)
+        assert not self._t.is_alive(), "a reclaim call still runs 120 s after the loop was stopped"
 
 
 def pid_alive(pid: int) -> bool:
