@@ -222,11 +222,14 @@ def test_overflow_is_counted_and_rescanned(tmp_path, shm):
     cfg = config(tmp_path / "agent", shm).replace(f"hostShmDirs: [{shm}]", f"hostShmDirs: [{shm}, {flood_fs.path}]")
     # Every flood file listed and probed (marked): their opens are the events that overflow.
     cfg = cfg.replace("  scanInterval:", f"  maxFilesPerPod: {min(2 * n, 100000)}\n  scanInterval:", 1)
-    agent = start_agent(tmp_path / "agent", cfg)
+    # Every step from here works on the ~20,000 flood files (the start-up scan lists and marks them; each scan
+    # re-lists them; after SIGCONT the agent reads a full queue of their events before the overflow event):
+    # each waits up to harness.BULK_S, a bound on a hang, not a speed check.
+    agent = start_agent(tmp_path / "agent", cfg, timeout=BULK_S)
     holder = None
     pod = ["--pod", str(shm)]
     try:
-        wait_scans(agent, 1)
+        wait_scans(agent, 1, timeout=BULK_S)
         assert metric(agent, "shmkeeper_observer_overflows_total") == 0
         walks = metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"')
         os.kill(agent.proc.pid, signal.SIGSTOP)
@@ -237,14 +240,14 @@ def test_overflow_is_counted_and_rescanned(tmp_path, shm):
             holder.wait_ready()
         finally:
             os.kill(agent.proc.pid, signal.SIGCONT)
-        wait_for(lambda: metric(agent, "shmkeeper_observer_overflows_total") >= 1, timeout=30, what="overflow")
-        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"') > walks, timeout=30,
+        wait_for(lambda: metric(agent, "shmkeeper_observer_overflows_total") >= 1, timeout=BULK_S, what="overflow")
+        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"') > walks, timeout=BULK_S,
                  what="a walk after the overflow")
         leaks = {l["path"]: l for l in agent.json("leaks", *pod).get("leaks", [])}
         assert not any(str(p) in leaks for p in held), "a held file judged unheld after the overflow"
         assert all(str(p) in leaks for p in free)
         wait_for(lambda: all(l.get("reclaimable") for l in agent.json("leaks", *pod).get("leaks", [])),
-                 timeout=20, what="the free files leaked again after their grace")
+                 timeout=BULK_S, what="the free files leaked again after their grace")
         out = agent.json("reclaim", "--yes", *pod)
         assert {l["path"] for l in out.get("reclaimed", [])} == {str(p) for p in free}
         assert all(p.exists() for p in held)
