@@ -31,7 +31,7 @@ import time
 import pytest
 
 from harness import BULK_S, SHMTOOL, oci_bundle, read_line, require, run, wait_for
-from reclaim_attack import (INTERMITTENT_USER, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
+from reclaim_attack import (Holder, IntermittentUser, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent)
 
 GRACE = 2  # seconds
@@ -58,36 +58,46 @@ def wait_scans(agent, n=2, timeout=30):
 @pytest.mark.parametrize("observer", ["fanotify", "scan"])
 def test_intermittent_use_is_never_leaked(tmp_path, shm, observer):
     agent = start_agent(tmp_path / "agent", config(tmp_path / "agent", shm, observer=observer))
+    user = None
     try:
         assert metric(agent, "shmkeeper_observer_mode", f'mode="{observer}"') == 1
         _, (used,) = make_leaks(shm, 1, "used")
         _, (control,) = make_leaks(shm, 1, "control")  # a true leak: must go (the loop works)
         ino = os.stat(used).st_ino
-        user = subprocess.Popen([sys.executable, "-c", INTERMITTENT_USER, str(used), "0.3", str(3 * GRACE + 2)],
-                                stdout=subprocess.PIPE, text=True)
+        # The user outlives the loop (ended only after the last reclaim, below): once it stops, `used` is
+        # rightly a leak after the grace, and a loop still running then would reclaim it.
+        user = IntermittentUser(used)
         loop = ReclaimLoop(agent)
         seen = set()
         try:
-            while user.poll() is None:
+            end = time.monotonic() + 3 * GRACE + 2
+            while time.monotonic() < end:
                 l = leaks_by_path(agent).get(str(used))
                 if l:
                     seen.add(l.get("state"))
                 time.sleep(0.1)
         finally:
             loop.stop()
-        out = user.communicate()[0]
-        assert not loop.errors, loop.errors
-        wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed")
+        try:
+            assert user.running(), "the user stopped while the reclaim loop ran"
+            assert not loop.errors, loop.errors
+            assert loop.calls >= 1, "no reclaim ran"
+            wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed")
+            kept = used.exists() and os.stat(used).st_ino == ino
+        finally:
+            out = user.finish()
         if observer == "fanotify":
-            assert used.exists() and os.stat(used).st_ino == ino, f"intermittently used file removed ({out})"
+            assert kept, f"intermittently used file removed ({out})"
             assert "enoent=0" in out, out
             assert "LEAK_STATE_LEAKED" not in seen and "leaked" not in seen, seen
             assert metric(agent, "shmkeeper_proc_walks_total", 'reason="scan"') == 0
         else:
             # Positive control: sampling misses the use between scans, so the
             # scan mode removes the file under its consumer.
-            assert not used.exists() or os.stat(used).st_ino != ino or "enoent=0" not in out, out
+            assert not kept or "enoent=0" not in out, out
     finally:
+        if user:
+            user.kill()
         agent.stop()
 
 
@@ -288,7 +298,7 @@ def test_o_path_holder_is_the_probes_blind_spot_and_the_walks_catch_it(tmp_path,
     holder = subprocess.Popen([sys.executable, "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_PATH); "
                                "print('ready', flush=True); time.sleep(120)", str(f)], stdout=subprocess.PIPE,
                               text=True)
-    assert holder.stdout.readline().strip() == "ready"
+    assert read_line(holder, 60, "the O_PATH holder ready").strip() == "ready"
     cfg = config(tmp_path / "agent", shm).replace("  scanInterval:", "  auditInterval: 8s\n  scanInterval:", 1)
     agent = start_agent(tmp_path / "agent", cfg)
     try:
