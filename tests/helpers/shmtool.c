@@ -11,7 +11,8 @@
  *                                    SECONDS or until SIGTERM; prints "ready" after its first
  *                                    use, "uses=N errors=M" at the end (an intermittent peer)
  *   shmtool map-later NAME MIB SECS  create /dev/shm/NAME of MIB MiB with ftruncate (no pages),
- *                                    map it, close the fd, print "ready"; after SECS seconds
+ *                                    map it, close the fd, print "ready"; after SECS seconds or
+ *                                    at SIGUSR1 (runc exec forwards it), whichever is first,
  *                                    write every page through the mapping (no write(2), no
  *                                    close: no fanotify event), print "touched", sleep forever
  *   shmtool memfd MIB                a memfd of MIB MiB, mapped and written (shmem charged to
@@ -64,6 +65,8 @@ static void on_term(int sig) {
   stop_use = 1;
 }
 
+static void on_usr1(int sig) { (void)sig; }
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: shmtool create|hold|map|unlinked NAME MIB | torch-leak|sysv|sysv-hold MIB\n");
@@ -103,6 +106,9 @@ int main(int argc, char** argv) {
     char* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) die("mmap");
     close(fd);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_usr1;  /* a handled signal ends sleep() early */
+    sigaction(SIGUSR1, &sa, NULL);
     ready();
     sleep((unsigned)atoi(argv[4]));
     memset(p, 0x5a, bytes);
