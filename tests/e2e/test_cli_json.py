@@ -12,13 +12,12 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import golden
-from harness import AGENTD, CLI, AgentProcess, HostTmpfs, require, wait_for
+from harness import AGENTD, CLI, AgentProcess, HostTmpfs, read_line, require, wait_for
 
 MiB = 1 << 20
 CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
@@ -56,7 +55,8 @@ def stack(tmp_path_factory):
     holder = subprocess.Popen(["sh", "-c", f"exec 3<{busy.path}/data; exec sleep 600"])  # one process: kill ends it
     agent = None
     try:
-        agent = AgentProcess.watching(base, [idle.path, busy.path]).start()
+        # A metrics port: test_golden_watch waits on shmkeeper_watch_streams for its subscription.
+        agent = AgentProcess.watching(base, [idle.path, busy.path], metrics_address="127.0.0.1:0").start()
         wait_for(lambda: len(agent.json("pods")["pods"]) == 2, timeout=10, what="both pods")
         # Settled: the held file has its holder, the unheld one is past leaks.grace.
         wait_for(lambda: [l["path"] for l in agent.json("leaks")["leaks"]] == [f"{busy.path}/scratch"] and
@@ -169,9 +169,9 @@ def test_golden_watch(stack):
     w = subprocess.Popen([str(CLI), "watch", "-o", "json", "--agent", str(agent.sock)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1)  # subscribed
+        agent.wait_watching()  # subscribed: the burst's event reaches it
         busy.fill("burst", 4 * MiB)
-        line = w.stdout.readline()  # blocks until the agent's next scan reports it
+        line = read_line(w, 60, "the USAGE_HIGH event")  # the agent's next scan reports it
     finally:
         (busy.path / "burst").unlink()
         w.terminate()

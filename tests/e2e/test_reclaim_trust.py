@@ -168,7 +168,7 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
     watch = subprocess.Popen([str(CLI), "watch", "-o", "json", "--agent", str(agent.sock)],
                              stdout=open(watch_out, "w"), stderr=subprocess.STDOUT)
     try:
-        time.sleep(1)
+        agent.wait_watching()  # subscribed: every event from here reaches it
         start(e, agent.evdir, "verdict-app")
         start(e, agent.evdir, "verdict-owner", "--ipc", "shareable")
         start(e, agent.evdir, "verdict-neighbour", "--ipc", "container:verdict-owner")
@@ -184,7 +184,15 @@ def test_verdicts_agree_across_pods_leaks_watch_and_metrics(docker_engine, env):
             return len(mine) >= 2 and all(l.get("reclaimable") for l in mine) and ls
         ls = wait_for(settled, timeout=15, what="both leaks past grace")
         ps, node, text = pods(agent), agent.json("status")["node"], scrape(agent)
-        time.sleep(2)  # let watch deliver what the scans found
+
+        def delivered():  # watch has written the LEAK_FOUND of both leaks (a document cut short: not yet)
+            try:
+                evs = json_stream(watch_out.read_text())
+            except ValueError:
+                return False
+            found = {ev.get("path") for ev in evs if ev.get("type") == "EVENT_TYPE_LEAK_FOUND"}
+            return {app_leak, shared_leak} <= found
+        wait_for(delivered, timeout=30, what="watch's LEAK_FOUND of both leaks")
     finally:
         watch.terminate()
         watch.wait(timeout=10)

@@ -6,11 +6,11 @@ engines are never touched.
 """
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -431,12 +431,15 @@ def wait_scans(sock, n, timeout=30):
 def read_line(proc, timeout, what="a line"):
     """The next line `proc` writes on its stdout pipe (text or bytes, as opened), within `timeout` seconds:
     a child that never writes fails the test instead of hanging it. "" at EOF (the child closed its stdout)."""
-    stream = proc.stdout
-    # select sees the pipe, not the stream's buffer: for a child's first line (or a child that writes one line
-    # and waits), where nothing was read ahead.
-    if not select.select([stream], [], [], timeout)[0]:
+    # readline on a thread (not select on the pipe, which misses a line the stream has already buffered); one
+    # that times out stays blocked until the child ends or the test kills it.
+    got = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not got:
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} from {proc.args!r}")
-    return stream.readline()
+    return got[0]
 
 
 def wait_for(fn, timeout=10, interval=0.2, what="condition"):
@@ -600,7 +603,7 @@ network_config_dir = "{base}/net"
                 ["unshare", "-m", "--propagation", "private", "sh", "-c",
                  "if mountpoint -q /sys/fs/cgroup/unified; then umount /sys/fs/cgroup/unified || exit 99; fi; "
                  "echo ready; exec sleep infinity"], stdout=subprocess.PIPE, text=True, start_new_session=True)
-            if self.holder.stdout.readline().strip() != "ready":
+            if read_line(self.holder, 60, "the mount namespace ready").strip() != "ready":
                 raise AssertionError("could not make a mount namespace without the cgroup2 mount")
 
     def shell(self, script, *args, check=False, timeout=120):
