@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     if (p == MAP_FAILED) die("mmap");
     close(fd);
     struct sigaction sa = {0};
-    sa.sa_handler = on_usr1;  /* a handled signal ends sleep() early */
+    sa.sa_handler = on_usr1; /* a handled signal ends sleep() early */
     sigaction(SIGUSR1, &sa, NULL);
     ready();
     sleep((unsigned)atoi(argv[4]));
