@@ -120,14 +120,14 @@ def test_bash_completion_completes_verbs_options_and_values(tmp_path):
 ZSH_DRIVER = r"""
 zmodload zsh/zpty
 zpty z 'zsh -f -i'
-zpty -w z "PS1='> '; PATH=$1:\$PATH; fpath=($2 \$fpath); autoload -U compinit; compinit -u -d $2/.zcompdump; LISTMAX=1000; print RE''ADY"
-zpty -r z chunk '*READY*'
+zpty -w z "PS1='PR''OMPT> '; PATH=$1:\$PATH; fpath=($2 \$fpath); autoload -U compinit; compinit -u -d $2/.zcompdump; LISTMAX=1000"
+zpty -r z chunk '*PROMPT> '
 for line in "${@[3,-1]}"; do
   zpty -w -n z "$line"$'\t'
   zpty -w -n z $'\C-e\C-u'
   zpty -w z "print DO''NE"
   all=
-  zpty -r z all '*DONE*'
+  zpty -r z all '*DONE*PROMPT> '
   print -r -- "$all"
   print -r -- '=====shmkeeper-test====='
 done
@@ -138,10 +138,12 @@ zpty -d z
 def zsh_complete(fn_dir, lines):
     """What a real interactive zsh (compinit, the completion system) shows
     after TAB for each line, the generated _shmkeeper in its fpath: the screen
-    text without escape sequences, one string per line. zle handles keys in
-    order, so the line is cleared and `print DONE` runs only after the
-    completion has been shown: the driver reads up to that output (no sleep
-    for the completion; the subprocess's timeout is the deadline)."""
+    text without escape sequences, one string per line. Each line is typed
+    once zle shows its prompt (keys typed before are echoed by the tty, not
+    completed); zle handles keys in order, so the line is cleared and
+    `print DONE` runs only after the completion has been shown: the driver
+    reads up to that output and the next prompt (no sleep; the subprocess's
+    timeout is the deadline)."""
     driver = fn_dir.parent / "driver.zsh"
     driver.write_text(ZSH_DRIVER)
     p = subprocess.run(["zsh", "-f", str(driver), str(BUILD / "plugin"), str(fn_dir), *lines], capture_output=True,
