@@ -1,5 +1,6 @@
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -7,6 +8,34 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "lib"))
 import harness  # noqa: E402
+
+# The backstop against a hang the tests' own deadlines missed: a test (its fixtures' setup and teardown
+# included) running longer than this fails with the traceback of where it was, and the run goes on.
+# SIGALRM in the main thread: a blocking call there (a read, a wait) is interrupted by the exception.
+# SHMKEEPER_TEST_TIMEOUT seconds (0: off); the default covers the slowest legitimate setup (tests/engines
+# builds its sid root in 9-12 minutes the first time).
+TEST_TIMEOUT = int(os.environ.get("SHMKEEPER_TEST_TIMEOUT", "1800"))
+
+
+class RanOverTimeout(Exception):
+    pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if TEST_TIMEOUT <= 0:
+        yield
+        return
+
+    def expired(signum, frame):
+        raise RanOverTimeout(f"{item.nodeid} ran over SHMKEEPER_TEST_TIMEOUT={TEST_TIMEOUT} s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,9 @@
 # to $SHMKEEPER_CI_TIMINGS (default build/ci-timings.txt), then the test counts.
 # Variables: FUZZ_SECONDS (20 per target), SHMKEEPER_QUICKSTART,
 # SHMKEEPER_TIDY_BASE, SHMKEEPER_CI_TIMINGS, SHMKEEPER_CCACHE, SHMKEEPER_NO_SKIP
-# (default 1 under CI=true: a missing prerequisite fails instead of skipping).
+# (default 1 under CI=true: a missing prerequisite fails instead of skipping),
+# SHMKEEPER_TEST_TIMEOUT (1800: seconds a pytest test may run, fixtures included,
+# before it fails and the run goes on; 0: off; tests/conftest.py).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"

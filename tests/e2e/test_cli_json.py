@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import golden
-from harness import AGENTD, CLI, AgentProcess, HostTmpfs, read_until, require, wait_for
+from harness import AGENTD, CLI, AgentProcess, HostTmpfs, read_line, require, wait_for
 
 MiB = 1 << 20
 CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
@@ -55,6 +55,7 @@ def stack(tmp_path_factory):
     holder = subprocess.Popen(["sh", "-c", f"exec 3<{busy.path}/data; exec sleep 600"])  # one process: kill ends it
     agent = None
     try:
+        # A metrics port: test_golden_watch waits on shmkeeper_watch_streams for its subscription.
         agent = AgentProcess.watching(base, [idle.path, busy.path], metrics_address="127.0.0.1:0").start()
         wait_for(lambda: len(agent.json("pods")["pods"]) == 2, timeout=10, what="both pods")
         # Settled: the held file has its holder, the unheld one is past leaks.grace.
@@ -166,18 +167,15 @@ def test_golden_watch(stack):
     idle pod says nothing."""
     agent, _, busy = stack
     w = subprocess.Popen([str(CLI), "watch", "-o", "json", "--agent", str(agent.sock)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, text=True)
     try:
-        agent.wait_watching()  # subscribed: what the agent publishes from now on reaches it
+        agent.wait_watching()  # subscribed: the burst's event reaches it
         busy.fill("burst", 4 * MiB)
-        # The first line, at the agent's next scan; read with a deadline.
-        got = read_until(w, lambda b: b"\n" in b, timeout=60, what="watch's first event")
+        line = read_line(w, 60, "the USAGE_HIGH event")  # the agent's next scan reports it
     finally:
         (busy.path / "burst").unlink()
         w.terminate()
         rest, err = w.communicate(timeout=10)
-    first = got[:got.index(b"\n") + 1]
-    line, rest = first.decode(), (got[len(first):] + rest).decode()
     event = json.loads(line)
     assert line.count("\n") == 1 and event["type"] == "EVENT_TYPE_USAGE_HIGH", (line, rest, err)
     check_golden("watch_usage_high", event, base_of(agent))

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from harness import wait_for  # noqa: E402
+from harness import read_line, wait_for  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT_SH = HERE / "root.sh"
@@ -131,7 +131,11 @@ class SidNamespace:
              "sh", "-c", INIT, "init", str(self.root), str(self.ov), *[str(x) for pair in self.binds for x in pair]],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
             preexec_fn=_die_with_parent)
-        line = self.holder.stdout.readline().strip()
+        try:
+            line = read_line(self.holder, 120, "the sid namespace ready").strip()
+        except AssertionError:
+            self.holder.kill()
+            raise
         if line != "ready":
             self.holder.kill()
             raise AssertionError(f"the sid namespace did not start: {line} {self.holder.stderr.read()[-2000:]}")

@@ -8,9 +8,11 @@
  *   shmtool sysv MIB                 SysV segment, attach, touch, detach, exit (nattch 0)
  *   shmtool sysv-hold MIB            SysV segment kept attached forever
  *   shmtool sysv-use ID MS SECONDS   attach segment ID, touch it, detach, every MS ms for
- *                                    SECONDS; prints "uses=N errors=M" (an intermittent peer)
+ *                                    SECONDS or until SIGTERM; prints "ready" after its first
+ *                                    use, "uses=N errors=M" at the end (an intermittent peer)
  *   shmtool map-later NAME MIB SECS  create /dev/shm/NAME of MIB MiB with ftruncate (no pages),
- *                                    map it, close the fd, print "ready"; after SECS seconds
+ *                                    map it, close the fd, print "ready"; after SECS seconds or
+ *                                    at SIGUSR1 (runc exec forwards it), whichever is first,
  *                                    write every page through the mapping (no write(2), no
  *                                    close: no fanotify event), print "touched", sleep forever
  *   shmtool memfd MIB                a memfd of MIB MiB, mapped and written (shmem charged to
@@ -56,6 +58,15 @@ static void forever(void) {
   for (;;) pause();
 }
 
+static volatile sig_atomic_t stop_use;
+
+static void on_term(int sig) {
+  (void)sig;
+  stop_use = 1;
+}
+
+static void on_usr1(int sig) { (void)sig; }
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: shmtool create|hold|map|unlinked NAME MIB | torch-leak|sysv|sysv-hold MIB\n");
@@ -66,14 +77,19 @@ int main(int argc, char** argv) {
     int id = atoi(argv[2]), errors = 0, uses = 0;
     useconds_t period = (useconds_t)atoi(argv[3]) * 1000;
     time_t end = time(NULL) + atoi(argv[4]);
-    while (time(NULL) < end) {
+    /* SIGTERM (forwarded by `runc exec`) ends the uses early, still with the count: a test stops its
+     * reclaim loop first, then its peer, never the other way round. */
+    struct sigaction sa = {0};
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    while (!stop_use && time(NULL) < end) {
       char* p = shmat(id, NULL, 0);
       if (p == (void*)-1) {
         errors++;
       } else {
         p[0]++;
         shmdt(p);
-        uses++;
+        if (uses++ == 0) ready();
       }
       usleep(period);
     }
@@ -90,6 +106,9 @@ int main(int argc, char** argv) {
     char* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) die("mmap");
     close(fd);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_usr1; /* a handled signal ends sleep() early */
+    sigaction(SIGUSR1, &sa, NULL);
     ready();
     sleep((unsigned)atoi(argv[4]));
     memset(p, 0x5a, bytes);

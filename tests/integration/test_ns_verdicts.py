@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness import AGENTD, CLI, require, run, wait_for, wait_scans
+from harness import AGENTD, CLI, read_line, require, run, wait_for, wait_scans
 from reclaim_attack import (HOLDERS, QUARANTINE, Holder, Tmpfs, agent_config, inodes, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent, world_reachable_dir)
 
@@ -102,7 +102,7 @@ def test_bind_mounted_segment_is_held(tmp_path, shm, agent):
                             f'mount --bind "{seg}" "{target}" && echo ready && exec sleep 120'],
                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert mnt.stdout.readline().strip() == "ready"
+        assert read_line(mnt, 60, "the bind mount ready").strip() == "ready"
         # Positive control: the mount exists in that namespace, and the process holds no fd of it.
         assert str(target) in open(f"/proc/{mnt.pid}/mountinfo").read()
         assert not any(os.path.realpath(f"/proc/{mnt.pid}/fd/{fd}") == str(seg)

@@ -30,8 +30,8 @@ import time
 
 import pytest
 
-from harness import SHMTOOL, oci_bundle, require, run, wait_for
-from reclaim_attack import (INTERMITTENT_USER, Holder, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
+from harness import BULK_S, SHMTOOL, oci_bundle, read_line, require, run, wait_for
+from reclaim_attack import (Holder, IntermittentUser, ReclaimLoop, Tmpfs, agent_config, leaks_by_path, make_leaks,
                             metric_values, scrape, start_agent)
 
 GRACE = 2  # seconds
@@ -58,36 +58,46 @@ def wait_scans(agent, n=2, timeout=30):
 @pytest.mark.parametrize("observer", ["fanotify", "scan"])
 def test_intermittent_use_is_never_leaked(tmp_path, shm, observer):
     agent = start_agent(tmp_path / "agent", config(tmp_path / "agent", shm, observer=observer))
+    user = None
     try:
         assert metric(agent, "shmkeeper_observer_mode", f'mode="{observer}"') == 1
         _, (used,) = make_leaks(shm, 1, "used")
         _, (control,) = make_leaks(shm, 1, "control")  # a true leak: must go (the loop works)
         ino = os.stat(used).st_ino
-        user = subprocess.Popen([sys.executable, "-c", INTERMITTENT_USER, str(used), "0.3", str(3 * GRACE + 2)],
-                                stdout=subprocess.PIPE, text=True)
+        # The user outlives the loop (ended only after the last reclaim, below): once it stops, `used` is
+        # rightly a leak after the grace, and a loop still running then would reclaim it.
+        user = IntermittentUser(used)
         loop = ReclaimLoop(agent)
         seen = set()
         try:
-            while user.poll() is None:
+            end = time.monotonic() + 3 * GRACE + 2
+            while time.monotonic() < end:
                 l = leaks_by_path(agent).get(str(used))
                 if l:
                     seen.add(l.get("state"))
                 time.sleep(0.1)
         finally:
             loop.stop()
-        out = user.communicate()[0]
-        assert not loop.errors, loop.errors
-        wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed")
+        try:
+            assert user.running(), "the user stopped while the reclaim loop ran"
+            assert not loop.errors, loop.errors
+            assert loop.calls >= 1, "no reclaim ran"
+            wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed")
+            kept = used.exists() and os.stat(used).st_ino == ino
+        finally:
+            out = user.finish()
         if observer == "fanotify":
-            assert used.exists() and os.stat(used).st_ino == ino, f"intermittently used file removed ({out})"
+            assert kept, f"intermittently used file removed ({out})"
             assert "enoent=0" in out, out
             assert "LEAK_STATE_LEAKED" not in seen and "leaked" not in seen, seen
             assert metric(agent, "shmkeeper_proc_walks_total", 'reason="scan"') == 0
         else:
             # Positive control: sampling misses the use between scans, so the
             # scan mode removes the file under its consumer.
-            assert not used.exists() or os.stat(used).st_ino != ino or "enoent=0" not in out, out
+            assert not kept or "enoent=0" not in out, out
     finally:
+        if user:
+            user.kill()
         agent.stop()
 
 
@@ -130,34 +140,45 @@ def test_intermittent_sysv_peer_in_a_container_is_never_leaked(tmp_path, rootfs)
         agent = start_agent(base, agent_config(base, [], grace=f"{GRACE}s", runtime_roots=[state]))
         assert metric(agent, "shmkeeper_observer_mode", 'mode="fanotify"') == 1
         seconds = 3 * GRACE + 2
+        # One peer for both phases, ended by SIGTERM (runc forwards it) only after the last reclaim loop has
+        # stopped: once it stops attaching, `used` is a true leak after the grace, so a loop that outlives it
+        # (or starts before its first attach: `used` was last detached by its creator, before the agent
+        # started) rightly reclaims it. Its 600 s are a bound, never waited for.
         peer = subprocess.Popen(["runc", "--root", str(state), "exec", "sysv", "/t/shmtool", "sysv-use", str(used),
-                                 "300", str(seconds)], stdout=subprocess.PIPE, text=True)
-        loop = ReclaimLoop(agent)
-        seen = set()
+                                 "300", "600"], stdout=subprocess.PIPE, text=True)
         try:
-            while peer.poll() is None:
-                seen |= {l.get("state") for l in agent.json("leaks").get("leaks", []) if l.get("sysvId") == used}
-                time.sleep(0.1)
+            assert read_line(peer, 60, "the peer's first attach").startswith("ready"), "the peer did not attach"
+            loop = ReclaimLoop(agent)
+            seen = set()
+            try:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    seen |= {l.get("state") for l in agent.json("leaks").get("leaks", []) if l.get("sysvId") == used}
+                    time.sleep(0.1)
+            finally:
+                loop.stop()
+            assert peer.poll() is None, "the peer stopped while the reclaim loop ran"
+            assert not loop.errors, loop.errors
+            assert loop.calls >= 1, "no reclaim ran"
+            assert "LEAK_STATE_LEAKED" not in seen, seen
+            assert used in segments(), "the intermittently attached segment was removed"
+            # The control: the same creator's segment nobody attaches is reclaimed by the same kind of loop,
+            # while `used` is still attached every 300 ms.
+            loop = ReclaimLoop(agent)
+            try:
+                wait_for(lambda: control not in segments(), timeout=20, what="the unused SysV segment reclaimed")
+                assert used in segments()
+            finally:
+                loop.stop()
+            assert peer.poll() is None, "the peer stopped while the reclaim loop ran"
         finally:
-            loop.stop()
-        out = peer.communicate()[0]
-        assert not loop.errors, loop.errors
+            peer.terminate()
+            try:
+                out = peer.communicate(timeout=30)[0]
+            except subprocess.TimeoutExpired:
+                peer.kill()
+                raise
         assert "errors=0" in out and int(out.split("uses=")[1].split()[0]) >= seconds * 2, out
-        assert "LEAK_STATE_LEAKED" not in seen, seen
-        assert used in segments(), f"the intermittently attached segment was removed ({out})"
-        # The control: the same creator's segment nobody attaches is reclaimed by the same loop,
-        # while `used` is still attached every 300 ms (once its peer stops it is a true leak
-        # after the grace, and a slow control would see it reclaimed too).
-        peer = subprocess.Popen(["runc", "--root", str(state), "exec", "sysv", "/t/shmtool", "sysv-use", str(used),
-                                 "300", "60"], stdout=subprocess.PIPE, text=True)
-        loop = ReclaimLoop(agent)
-        try:
-            wait_for(lambda: control not in segments(), timeout=20, what="the unused SysV segment reclaimed")
-            assert used in segments()
-        finally:
-            loop.stop()
-            peer.kill()
-            peer.communicate()
     finally:
         run(["runc", "--root", state, "delete", "-f", "sysv"], check=False)
         if agent:
@@ -211,11 +232,14 @@ def test_overflow_is_counted_and_rescanned(tmp_path, shm):
     cfg = config(tmp_path / "agent", shm).replace(f"hostShmDirs: [{shm}]", f"hostShmDirs: [{shm}, {flood_fs.path}]")
     # Every flood file listed and probed (marked): their opens are the events that overflow.
     cfg = cfg.replace("  scanInterval:", f"  maxFilesPerPod: {min(2 * n, 100000)}\n  scanInterval:", 1)
-    agent = start_agent(tmp_path / "agent", cfg)
+    # Every step from here works on the ~20,000 flood files (the start-up scan lists and marks them; each scan
+    # re-lists them; after SIGCONT the agent reads a full queue of their events before the overflow event):
+    # each waits up to harness.BULK_S, a bound on a hang, not a speed check.
+    agent = start_agent(tmp_path / "agent", cfg, timeout=BULK_S)
     holder = None
     pod = ["--pod", str(shm)]
     try:
-        wait_scans(agent, 1)
+        wait_scans(agent, 1, timeout=BULK_S)
         assert metric(agent, "shmkeeper_observer_overflows_total") == 0
         walks = metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"')
         os.kill(agent.proc.pid, signal.SIGSTOP)
@@ -226,14 +250,14 @@ def test_overflow_is_counted_and_rescanned(tmp_path, shm):
             holder.wait_ready()
         finally:
             os.kill(agent.proc.pid, signal.SIGCONT)
-        wait_for(lambda: metric(agent, "shmkeeper_observer_overflows_total") >= 1, timeout=30, what="overflow")
-        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"') > walks, timeout=30,
+        wait_for(lambda: metric(agent, "shmkeeper_observer_overflows_total") >= 1, timeout=BULK_S, what="overflow")
+        wait_for(lambda: metric(agent, "shmkeeper_proc_walks_total", 'reason="overflow"') > walks, timeout=BULK_S,
                  what="a walk after the overflow")
         leaks = {l["path"]: l for l in agent.json("leaks", *pod).get("leaks", [])}
         assert not any(str(p) in leaks for p in held), "a held file judged unheld after the overflow"
         assert all(str(p) in leaks for p in free)
         wait_for(lambda: all(l.get("reclaimable") for l in agent.json("leaks", *pod).get("leaks", [])),
-                 timeout=20, what="the free files leaked again after their grace")
+                 timeout=BULK_S, what="the free files leaked again after their grace")
         out = agent.json("reclaim", "--yes", *pod)
         assert {l["path"] for l in out.get("reclaimed", [])} == {str(p) for p in free}
         assert all(p.exists() for p in held)
@@ -274,7 +298,7 @@ def test_o_path_holder_is_the_probes_blind_spot_and_the_walks_catch_it(tmp_path,
     holder = subprocess.Popen([sys.executable, "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_PATH); "
                                "print('ready', flush=True); time.sleep(120)", str(f)], stdout=subprocess.PIPE,
                               text=True)
-    assert holder.stdout.readline().strip() == "ready"
+    assert read_line(holder, 60, "the O_PATH holder ready").strip() == "ready"
     cfg = config(tmp_path / "agent", shm).replace("  scanInterval:", "  auditInterval: 8s\n  scanInterval:", 1)
     agent = start_agent(tmp_path / "agent", cfg)
     try:

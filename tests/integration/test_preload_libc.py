@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from harness import BUILD, SHMGROW, require
+from harness import BUILD, SHMGROW, read_line, require
 
 PRELOAD = BUILD / "plugin" / "libshmkeeper-preload.so"
 
@@ -251,7 +251,7 @@ def test_records_survive_closed_and_replaced_descriptors_fork_and_an_agent_resta
     p = subprocess.Popen(["/usr/bin/python3", "-c", KEPT, f"{shm_dir}/f", str(path)], env=env, text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        line = p.stdout.readline().split()
+        line = read_line(p, 60, "the program's first line").split()
         assert line[:4] == ["1", "1", "0", "True"], (line, p.stderr.read() if p.poll() is not None else "")
         child = int(line[4])
         got = [receive(agent) for _ in range(4)]

@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from harness import AgentProcess, wait_for
-from reclaim_attack import (INTERMITTENT_USER, ReclaimLoop, agent_config, leaks_by_path, make_leaks, metric_values,
+from harness import AgentProcess, read_line, wait_for
+from reclaim_attack import (IntermittentUser, ReclaimLoop, agent_config, leaks_by_path, make_leaks, metric_values,
                             scrape, start_agent)
 
 GRACE = 3  # seconds; scans every second: a probe ping-pong refreshes "unheld since" at least every ~2 s
@@ -121,14 +121,16 @@ def test_held_and_intermittently_used_files_survive_both_agents(tmp_path, shm):
         window = 3 * GRACE
         holder = subprocess.Popen([sys.executable, "-c", HOLD, str(held), str(window + 60)], stdout=subprocess.PIPE,
                                   text=True)
-        assert holder.stdout.readline().strip() == "ready"
-        user = subprocess.Popen([sys.executable, "-c", INTERMITTENT_USER, str(used), "0.3", str(window)], stdout=subprocess.PIPE,
-                                text=True)
+        assert read_line(holder, 60, "the holder ready").strip() == "ready"
+        # The user outlives the loop and the check that `used` was kept (it is ended after them): once it
+        # stops, `used` is rightly a leak after the grace, and the agent (reclaim: auto) removes it.
+        user = IntermittentUser(used)
         _, (control,) = make_leaks(shm, 1, "control")  # a true leak beside them: must go
         loop = ReclaimLoop(node)
         try:
             seen = {0: set(), 1: set()}
-            while user.poll() is None:
+            end = time.monotonic() + window
+            while time.monotonic() < end:
                 for i, a in enumerate([node, ro]):
                     for p in (held, used):
                         l = leaks_by_path(a).get(str(p))
@@ -137,10 +139,14 @@ def test_held_and_intermittently_used_files_survive_both_agents(tmp_path, shm):
                 time.sleep(0.2)
         finally:
             loop.stop()
-        out = user.communicate()[0]
-        assert not loop.errors, loop.errors
-        wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed with both agents running")
-        assert {p: os.stat(p).st_ino for p in (held, used) if p.exists()} == keep, f"a used file was removed ({out})"
+        try:
+            assert user.running(), "the user stopped while the reclaim loop ran"
+            assert not loop.errors, loop.errors
+            wait_for(lambda: not control.exists(), timeout=20, what="the true leak reclaimed with both agents running")
+            kept = {p: os.stat(p).st_ino for p in (held, used) if p.exists()}
+        finally:
+            out = user.finish()
+        assert kept == keep, f"a used file was removed ({out})"
         assert "enoent=0" in out and "uses=0" not in out, out
         assert not [s for s in seen[0] | seen[1] if s[1] == LEAKED], seen
         assert metric(node, "shmkeeper_observer_other_agents") == 1  # the read-only agent's probes were ignored
@@ -150,9 +156,10 @@ def test_held_and_intermittently_used_files_survive_both_agents(tmp_path, shm):
         wait_for(lambda: not held.exists() and not used.exists(), timeout=30,
                  what="held and used files reclaimed once their users stopped")
     finally:
-        for p in (holder, user):
-            if p and p.poll() is None:
-                p.kill()
-                p.wait()
+        if holder and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if user:
+            user.kill()
         ro.stop()
         node.stop()

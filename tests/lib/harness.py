@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,35 @@ CLI = BUILD / "plugin" / "shmkeeper"
 AGENTD = BUILD / "plugin" / "shmkeeperd"
 SHMTOOL = BUILD / "tests" / "shmtool"
 SHMGROW = BUILD / "tests" / "shmgrow"  # dynamic (glibc) probe
+
+
+def _sanitized(build: Path) -> bool:
+    """Whether `build` was configured with sanitizers (SHMKEEPER_SANITIZE non-empty: build-asan/)."""
+    cache = build / "CMakeCache.txt"
+    return cache.exists() and any(line.startswith("SHMKEEPER_SANITIZE:") and line.split("=", 1)[1].strip()
+                                  for line in cache.read_text().splitlines())
+
+
+SANITIZED = _sanitized(BUILD)
+# Deadlines on work the binaries do (an agent's start-up scan, a large reply) are bounds on a hang, not speed
+# checks: BUILD's binaries under ASan+UBSan at -O0 (build-asan/, the integration stage) do the same work several
+# times slower (measured: `leaks -o json` of 20,000 files costs the sanitized CLI 24 s of CPU, the release one
+# 2.7 s), and CI runs beside other load on 2 cores. Such a deadline is scaled(seconds); work much heavier than
+# an agent's start on a few files states its own bound.
+SLOWDOWN = 3 if SANITIZED else 1
+
+
+def scaled(seconds: float) -> float:
+    """`seconds` (a deadline sized for the release build) times SLOWDOWN."""
+    return seconds * SLOWDOWN
+
+
+# The bound on one step over ~20,000 files (an agent's start-up scan of them, a `leaks -o json` listing them,
+# the agent's reading of a full fanotify queue): under ASan at -O0 beside a CPU hog on both cores one such step
+# took over 120 s of wall time.
+BULK_S = 600 if SANITIZED else 120
+
+
 BUSYBOX_APPLETS = ["sh", "df", "cat", "grep", "sleep", "stat", "ls", "mount", "dd", "head",
                    "echo", "true", "env", "id", "wc", "awk", "sed"]
 
@@ -295,20 +325,25 @@ class AgentProcess:
         self.proc = None
         self.log = base / "agent.log"
 
-    def start(self, *args):
-        """Starts shmkeeperd with `args` added (e.g. --read-only) and waits until it serves."""
+    def start(self, *args, timeout=None):
+        """Starts shmkeeperd with `args` added (e.g. --read-only) and waits until it serves: the agent creates
+        its socket only after its start-up scan (a walk of /proc and a listing and probe of every watched
+        tmpfs), so what start waits for is that scan. `timeout`: seconds, default scaled(20) (a few files);
+        a test that starts an agent on thousands of files passes a bound sized for them."""
+        timeout = scaled(20) if timeout is None else timeout
         # A private state directory (the one-agent-per-node lock) unless the config names one.
         state = [] if "stateDir" in self.config.read_text() else ["--state-dir", str(self.base / "state")]
         self.proc = subprocess.Popen([str(self.binary), "--config", str(self.config), *state, *args],
                                      stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 20
-        while time.time() < deadline:
+        started = time.time()
+        while time.time() < started + timeout:
             if self.proc.poll() is not None:
                 raise AssertionError("shmkeeperd exited:\n" + self.log.read_text()[-3000:])
             if self.sock.exists() and self.cli("status", check=False).returncode == 0:
                 return self
             time.sleep(0.1)
-        raise AssertionError("shmkeeperd did not come up:\n" + self.log.read_text()[-3000:])
+        raise AssertionError(f"shmkeeperd did not serve within {timeout:.0f} s (its start-up scan runs before it "
+                             "serves):\n" + self.log.read_text()[-3000:])
 
     def cli(self, *args, check=True):
         return run([CLI, *args, "--agent", self.sock], check=check, timeout=60)
@@ -402,6 +437,20 @@ def wait_scans(sock, n, timeout=30):
     wait_for(lambda: agent_scans(sock) >= target, timeout=timeout, interval=0.1, what=f"{n} more scans")
 
 
+def read_line(proc, timeout, what="a line"):
+    """The next line `proc` writes on its stdout pipe (text or bytes, as opened), within `timeout` seconds:
+    a child that never writes fails the test instead of hanging it. "" at EOF (the child closed its stdout)."""
+    # readline on a thread (not select on the pipe, which misses a line the stream has already buffered); one
+    # that times out stays blocked until the child ends or the test kills it.
+    got = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not got:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} from {proc.args!r}")
+    return got[0]
+
+
 def wait_for(fn, timeout=10, interval=0.2, what="condition"):
     """Polls fn() until it returns a truthy value; returns it."""
     deadline = time.time() + timeout
@@ -442,10 +491,7 @@ def release_agentd() -> Path:
     """The shmkeeperd users run: BUILD's when BUILD is not sanitized, else the release tree's (build/, made by
     the CI's build stage before the sanitized stages). Memory and CPU bounds are measured on it: ASan's shadow
     memory and quarantine make a sanitized agent's RSS a function of the allocator, not of the agent."""
-    cache = BUILD / "CMakeCache.txt"
-    sanitized = cache.exists() and any(line.startswith("SHMKEEPER_SANITIZE:") and line.split("=", 1)[1].strip()
-                                       for line in cache.read_text().splitlines())
-    agentd = (REPO / "build" / "plugin" / "shmkeeperd") if sanitized else AGENTD
+    agentd = (REPO / "build" / "plugin" / "shmkeeperd") if SANITIZED else AGENTD
     assert agentd.exists(), f"{agentd} is missing: bounds are measured on the release build (tests/run.sh build)"
     return agentd
 PAUSE_IMAGE = "shmkeeper.test/pause:1"
@@ -587,7 +633,7 @@ network_config_dir = "{base}/net"
                 ["unshare", "-m", "--propagation", "private", "sh", "-c",
                  "if mountpoint -q /sys/fs/cgroup/unified; then umount /sys/fs/cgroup/unified || exit 99; fi; "
                  "echo ready; exec sleep infinity"], stdout=subprocess.PIPE, text=True, start_new_session=True)
-            if self.holder.stdout.readline().strip() != "ready":
+            if read_line(self.holder, 60, "the mount namespace ready").strip() != "ready":
                 raise AssertionError("could not make a mount namespace without the cgroup2 mount")
 
     def shell(self, script, *args, check=False, timeout=120):

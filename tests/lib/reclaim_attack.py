@@ -10,13 +10,14 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-from harness import AGENTD, BUILD, CLI, AgentProcess, run, wait_for
+from harness import AGENTD, BUILD, CLI, AgentProcess, read_line, run, wait_for
 
 HOLDERS = BUILD / "tests" / "holders"
 QUARANTINE = ".shmkeeper-reclaim."
@@ -68,9 +69,10 @@ leaks:
 """
 
 
-def start_agent(base: Path, config_text: str, binary: Path = AGENTD) -> AgentProcess:
+def start_agent(base: Path, config_text: str, binary: Path = AGENTD, timeout=None) -> AgentProcess:
+    """AgentProcess(...).start(timeout=timeout): waits until it serves."""
     base.mkdir(parents=True, exist_ok=True)
-    return AgentProcess(base, config_text, binary).start()
+    return AgentProcess(base, config_text, binary).start(timeout=timeout)
 
 
 def metrics_port(agent: AgentProcess) -> int:
@@ -174,8 +176,10 @@ class ReclaimLoop:
             self.freed += len(json.loads(p.stdout or "{}").get("reclaimed", []))
 
     def stop(self):
+        """Returns once no reclaim is in flight (the one running when called ends first)."""
         self._stop.set()
         self._t.join(timeout=120)
+        assert not self._t.is_alive(), "a reclaim call still runs 120 s after the loop was stopped"
 
 
 def pid_alive(pid: int) -> bool:
@@ -234,15 +238,18 @@ def wait_reclaimable(sock, paths, timeout=20):
     wait_for(listed, timeout=timeout, what=f"{sorted(want)} listed as reclaimable leaks")
 
 
-# A user of `path` every PERIOD seconds for SECONDS (argv): open, write and
-# read 64 bytes, close; prints uses= and enoent= (opens that found no file).
-# Run as `python3 -c INTERMITTENT_USER path period seconds`.
+# A user of `path` every PERIOD seconds for SECONDS (argv) or until SIGTERM: open, write and read 64 bytes,
+# close; prints "ready" after its first use, uses= and enoent= (opens that found no file) at the end. Run as
+# `python3 -c INTERMITTENT_USER path period seconds` (IntermittentUser): a test ends it with SIGTERM only
+# after its last reclaim, since once it stops, `path` is rightly a leak after the grace.
 INTERMITTENT_USER = r"""
-import os, sys, time
+import os, signal, sys, time
 path, period, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 enoent = uses = 0
 end = time.time() + seconds
-while time.time() < end:
+while time.time() < end and not stop:
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -253,6 +260,36 @@ while time.time() < end:
         time.sleep(0.005)
         os.close(fd)
         uses += 1
+    if uses + enoent == 1:
+        print("ready", flush=True)
     time.sleep(period)
 print(f"uses={uses} enoent={enoent}", flush=True)
 """
+
+
+class IntermittentUser:
+    """INTERMITTENT_USER on `path` every `period` s, bounded by `bound` s (never waited for: the test ends it
+    with finish()). Started once its first use is done."""
+
+    def __init__(self, path: Path, period=0.3, bound=600):
+        self.proc = subprocess.Popen([sys.executable, "-c", INTERMITTENT_USER, str(path), str(period), str(bound)],
+                                     stdout=subprocess.PIPE, text=True)
+        assert read_line(self.proc, 60, "the user's first use").strip() == "ready", "the user did not start"
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self) -> str:
+        """Ends it (SIGTERM) and returns its "uses=N enoent=M" line."""
+        self.proc.terminate()
+        try:
+            return self.proc.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+    def kill(self):
+        """Ends it at once if it still runs (a test's cleanup)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
