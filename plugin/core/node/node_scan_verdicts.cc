@@ -291,7 +291,10 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, c
     SteadyClock::time_point since = it->second;
     int64_t last_use = std::max(s.atime, s.dtime);
     if (last_use > 0) {
-      auto ago = std::chrono::seconds(std::max<int64_t>(0, clock.now_sec - last_use));
+      // Both times are whole seconds (the kernel's are truncated): the use
+      // may have been up to a second later than last_use says, so "ago" is
+      // the least it can be, never more (a grace never ends early).
+      auto ago = std::chrono::seconds(std::max<int64_t>(0, clock.now_sec - last_use - 1));
       SteadyClock::time_point used = clock.now - std::chrono::duration_cast<SteadyClock::duration>(ago);
       if (used > since) since = used;
     }
