@@ -76,7 +76,9 @@ void ReadNamespace(const std::vector<pid_t>& members, const std::vector<ino_t>& 
   }
 }
 
-void ReadLoops(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out) {
+}  // namespace
+
+void ReadLoopRefs(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir((sys + "/block").c_str()), ::closedir);
   if (!dir) return;
   while (struct dirent* e = ::readdir(dir.get())) {
@@ -100,8 +102,6 @@ void ReadLoops(const std::set<dev_t>& devices, const std::string& sys, const std
     if (devices.count(key.dev)) out->loops[key].push_back({FileRef::kLoop, "loop device " + dev + "/" + name, 0});
   }
 }
-
-}  // namespace
 
 bool ParseMountInfoLine(const std::string& line, MountLine* out) {
   std::istringstream in(line);
@@ -150,7 +150,7 @@ NodeRefs ReadNodeRefs(const ProcTable& table, const std::set<dev_t>& devices, co
   }
   if (!devices.empty()) {
     for (const auto& [ns, members] : namespaces) ReadNamespace(members.first, members.second, devices, proc, &out);
-    ReadLoops(devices, sys, dev, &out);
+    ReadLoopRefs(devices, sys, dev, &out);
   }
   return out;
 }

@@ -59,6 +59,10 @@ struct NodeRefs {
 NodeRefs ReadNodeRefs(const ProcTable& table, const std::set<dev_t>& devices, const std::string& proc = "/proc",
                       const std::string& sys = "/sys", const std::string& dev = "/dev");
 
+// The loop devices alone (ReadNodeRefs reads them too): adds to out->loops
+// those backed by files on `devices`.
+void ReadLoopRefs(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out);
+
 // One line of /proc/<pid>/mountinfo: the mount's device, its root inside
 // that filesystem and its mount point (octal escapes undone). False for a
 // line that does not parse.
