@@ -59,49 +59,22 @@ void NodeFacts::Use() {
   used_this_scan_ = true;
   if (checked_this_scan_) return;
   checked_this_scan_ = true;
-  if (std::string why = Stale(); !why.empty()) Read(why);
+  if (std::string why = Stale(); !why.empty()) {
+    Read(why);
+  } else if (UpdateNamespaces()) {
+    Compose();
+  }
 }
 
-std::string NodeFacts::Stale() {
+std::string NodeFacts::Stale() const {
   if (!procs_ || !refs_) return "never";
   if (invalid_) return "invalidated";
   if (scan_devices_ != devices_) return "devices";
   if (scan_pods_ != pods_) return "pods";
   if (unwatched_) return "unwatched";
   if (opts_.clock->Now() - read_at_ >= opts_.max_age) return "age";
-  if (MountsChanged()) return "mounts";
-  if (NamespaceLeft()) return "namespace_left";
   if (CreatorExited()) return "creator_exited";
   return "";
-}
-
-// One poll(2) over every watch: POLLPRI (with POLLERR) on a mountinfo whose
-// namespace's mount table changed since the last poll.
-bool NodeFacts::MountsChanged() {
-  std::vector<struct pollfd> fds;
-  fds.reserve(watches_.size());
-  for (const auto& [ns, w] : watches_) fds.push_back({w.fd.get(), POLLPRI, 0});
-  if (fds.empty()) return false;
-  int n = ::poll(fds.data(), fds.size(), 0);
-  if (n < 0) return true;  // cannot tell
-  return std::any_of(fds.begin(), fds.end(), [](const struct pollfd& p) { return (p.revents & POLLPRI) != 0; });
-}
-
-// Whether a watch's process left its namespace; such watches are closed now,
-// so that a dead pod's namespace is not kept alive by the agent.
-bool NodeFacts::NamespaceLeft() {
-  bool left = false;
-  for (auto it = watches_.begin(); it != watches_.end();) {
-    struct stat st;
-    std::string path = opts_.proc + "/" + std::to_string(it->second.pid) + "/ns/mnt";
-    if (::stat(path.c_str(), &st) == 0 && st.st_ino == it->first) {
-      ++it;
-      continue;
-    }
-    it = watches_.erase(it);
-    left = true;
-  }
-  return left;
 }
 
 bool NodeFacts::CreatorExited() const {
@@ -109,6 +82,70 @@ bool NodeFacts::CreatorExited() const {
     std::optional<ProcInfo> now = ReadProcInfo(kv.first, opts_.proc);
     return !now || now->pid_ns != kv.second.pid_ns || now->ns_pid != kv.second.ns_pid;
   });
+}
+
+namespace {
+
+bool InNamespace(pid_t pid, ino_t ns, const std::string& proc) {
+  struct stat st;
+  return ::stat((proc + "/" + std::to_string(pid) + "/ns/mnt").c_str(), &st) == 0 && st.st_ino == ns;
+}
+
+}  // namespace
+
+bool NodeFacts::Rewatch(ino_t ns, Space* space) const {
+  // Members that left go (their pids may be another namespace's by now).
+  while (!space->members.empty()) {
+    pid_t pid = space->members.front();
+    UniqueFd fd(::open((opts_.proc + "/" + std::to_string(pid) + "/mountinfo").c_str(), O_RDONLY | O_CLOEXEC));
+    // Opened through a process that was still in that namespace (not one
+    // that exited and whose pid was taken meanwhile).
+    if (fd.valid() && InNamespace(pid, ns, opts_.proc)) {
+      space->watched = pid;
+      space->fd = std::move(fd);
+      struct pollfd p = {space->fd.get(), POLLPRI, 0};
+      (void)::poll(&p, 1, 0);  // drain: the read that follows sees what came before
+      return true;
+    }
+    space->members.erase(space->members.begin());
+    space->pid_ns.erase(space->pid_ns.begin());
+  }
+  space->fd.reset();
+  return false;
+}
+
+void NodeFacts::ReadSpace(Space* space) {
+  space->refs = NodeRefs{};
+  ReadNamespaceRefs(space->members, space->pid_ns, devices_, opts_.proc, &space->refs);
+}
+
+// One poll(2) over every watch: POLLPRI (with POLLERR) on a mountinfo whose
+// namespace's mount table changed since the last poll. Then a stat per
+// namespace: its watched member still in it.
+bool NodeFacts::UpdateNamespaces() {
+  std::vector<struct pollfd> fds;
+  fds.reserve(spaces_.size());
+  for (const auto& [ns, sp] : spaces_) fds.push_back({sp.fd.get(), POLLPRI, 0});
+  if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) < 0) {
+    for (struct pollfd& p : fds) p.revents = POLLPRI;  // cannot tell: all changed
+  }
+  bool changed = false;
+  size_t i = 0;
+  for (auto it = spaces_.begin(); it != spaces_.end(); ++i) {
+    bool left = !InNamespace(it->second.watched, it->first, opts_.proc);
+    if (left && !Rewatch(it->first, &it->second)) {  // nobody left in it: closed now, pins nothing
+      it = spaces_.erase(it);
+      changed = true;
+      continue;
+    }
+    if (left || (fds[i].revents & POLLPRI)) {
+      ReadSpace(&it->second);
+      ++namespace_reads_;
+      changed = true;
+    }
+    ++it;
+  }
+  return changed;
 }
 
 void NodeFacts::Read(const std::string& reason) {
@@ -121,46 +158,61 @@ void NodeFacts::Read(const std::string& reason) {
   pods_ = scan_pods_;
   alive_.clear();
   invalid_ = false;
-  WatchNamespaces();
-  refs_ = ReadNodeRefs(*procs_, devices_, opts_.proc, opts_.sys, opts_.dev);
+  base_ = NodeRefs{};
+  std::map<ino_t, Space> next;  // procs are sorted by pid: each namespace's lowest member first
+  for (const ProcInfo& p : procs_->procs) {
+    base_.live.insert({p.pid_ns, p.ns_pid});
+    if (p.mnt_ns == 0) {  // no mount namespace read: exiting (reaches nothing), or unreadable
+      struct stat st;
+      if (::stat((opts_.proc + "/" + std::to_string(p.pid) + "/ns/mnt").c_str(), &st) == 0) base_.complete = false;
+      continue;
+    }
+    Space& sp = next[p.mnt_ns];
+    sp.members.push_back(p.pid);
+    sp.pid_ns.push_back(p.pid_ns);
+  }
+  unwatched_ = next.size() > kMaxWatches;
+  size_t watched = 0;
+  for (auto& [ns, sp] : next) {
+    auto old = spaces_.find(ns);
+    if (old != spaces_.end() && !sp.members.empty() && old->second.watched == sp.members.front()) {
+      sp.watched = old->second.watched;  // the same watch
+      sp.fd = std::move(old->second.fd);
+      struct pollfd p = {sp.fd.get(), POLLPRI, 0};
+      (void)::poll(&p, 1, 0);  // drain: read below
+    } else if (watched >= kMaxWatches || !Rewatch(ns, &sp)) {
+      unwatched_ = true;  // read, but not watched: not reused
+    }
+    ++watched;
+    if (!devices_.empty()) ReadSpace(&sp);
+  }
+  spaces_ = std::move(next);  // the other watches are closed here
+  Compose();
   read_at_ = opts_.clock->Now();
-  read_this_scan_ = checked_this_scan_ = loops_this_scan_ = true;
+  read_this_scan_ = checked_this_scan_ = true;
   last_reason_ = reason;
 }
 
-void NodeFacts::WatchNamespaces() {
-  std::map<ino_t, pid_t> members;  // each namespace's lowest pid (procs are sorted by pid)
-  for (const ProcInfo& p : procs_->procs) {
-    if (p.mnt_ns != 0) members.try_emplace(p.mnt_ns, p.pid);
-  }
-  std::map<ino_t, Watch> next;
-  unwatched_ = members.size() > kMaxWatches;
-  for (const auto& [ns, pid] : members) {
-    if (next.size() == kMaxWatches) break;
-    if (auto it = watches_.find(ns); it != watches_.end() && it->second.pid == pid) {
-      next.emplace(ns, std::move(it->second));
-      continue;
+void NodeFacts::Compose() {
+  NodeRefs r = base_;
+  for (const auto& [ns, sp] : spaces_) {
+    r.complete = r.complete && sp.refs.complete;
+    for (const auto& [dev, roots] : sp.refs.mounts) {
+      for (const auto& [root, refs] : roots) {
+        std::vector<FileRef>& to = r.mounts[dev][root];
+        to.insert(to.end(), refs.begin(), refs.end());
+      }
     }
-    std::string path = opts_.proc + "/" + std::to_string(pid) + "/mountinfo";
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat st;
-    // Opened through a process that was still in that namespace (not one
-    // that exited and whose pid was taken meanwhile).
-    std::string ns_path = opts_.proc + "/" + std::to_string(pid) + "/ns/mnt";
-    if (!fd.valid() || ::stat(ns_path.c_str(), &st) != 0 || st.st_ino != ns) {
-      unwatched_ = true;  // it left meanwhile; others may still be in the namespace: read again next time
-      continue;
-    }
-    next.emplace(ns, Watch{pid, std::move(fd)});
+    for (const auto& [dev, pid_ns] : sp.refs.shm_pid_ns) r.shm_pid_ns[dev].insert(pid_ns.begin(), pid_ns.end());
   }
-  watches_ = std::move(next);  // the others are closed here
-  (void)MountsChanged();       // drain: the read that follows sees those changes
+  refs_ = std::move(r);
+  loops_this_scan_ = false;  // read by Refs()
 }
 
 void NodeFacts::Forget() {
   procs_.reset();
   refs_.reset();
-  watches_.clear();
+  spaces_.clear();
   alive_.clear();
   devices_.clear();
   pods_.clear();

@@ -6,22 +6,25 @@
 // namespace's mountinfo (~12 µs per process, 90 % in the kernel), so they
 // are read when something says they may have changed and reused otherwise.
 //
-// The rule: the facts are read again at the first use in a scan when
+// The rule, checked at the first use in a scan. Everything (the pass over
+// every process, then each namespace's mounts) is read again when
 //  1. they were never read, or Invalidate() was called;
 //  2. the scan's tmpfs devices differ from those they were read for (a new
 //     pod tmpfs, or one gone);
 //  3. the pods' processes differ (a container came, went or was replaced:
 //     a new container can bind a file, or bring a pid namespace);
-//  4. a known mount namespace's mount table changed: poll() on its
-//     /proc/<pid>/mountinfo, held open, reports POLLPRI (Linux >= 2.6.15);
-//  5. the process a known mount namespace was watched through left it (the
-//     namespace may be gone: its fd is closed at once, see below);
-//  6. a creator the facts called alive (Alive) exited;
-//  7. they are older than max_age: what no signal covers (a mount made in a
+//  4. a creator the facts called alive (Alive) exited;
+//  5. they are older than max_age: what no signal covers (a mount made in a
 //     new mount namespace of a process inside an existing container, a pid
 //     namespace made there) shows within that age;
-//  8. a namespace could not be watched (more than kMaxWatches, a mountinfo
+//  6. a namespace could not be watched (more than kMaxWatches, a mountinfo
 //     that could not be opened): then they are never reused.
+// Only one namespace's mounts (its mountinfo, no pass over the processes)
+// are read again when
+//  7. its mount table changed: poll() on its /proc/<pid>/mountinfo, held
+//     open, reports POLLPRI (Linux >= 2.6.15);
+//  8. the process it was watched through left it: it is watched through
+//     another of its members, or, when none is left, it is dropped.
 // Loop devices are read again at every scan that uses the facts
 // (/sys/block only: no signal says one was attached).
 // What may be stale between reads changes what is shown, never what is
@@ -107,33 +110,44 @@ class NodeFacts {
   // "refresh"): for tests and logs.
   const std::string& last_reason() const { return last_reason_; }
   // Mount namespaces watched now.
-  size_t watches() const { return watches_.size(); }
+  size_t watches() const { return spaces_.size(); }
+  // Reads of one namespace's mounts alone (rules 7 and 8), so far.
+  int64_t namespace_reads() const { return namespace_reads_; }
 
  private:
-  struct Watch {
-    pid_t pid = 0;  // the member it was opened through
-    UniqueFd fd;    // its /proc/<pid>/mountinfo
+  // One mount namespace: its members (lowest pid first) and their pid
+  // namespaces, the watch, and its part of the references.
+  struct Space {
+    std::vector<pid_t> members;
+    std::vector<ino_t> pid_ns;
+    pid_t watched = 0;  // the member the fd was opened through
+    UniqueFd fd;        // its /proc/<pid>/mountinfo
+    NodeRefs refs;      // mounts and shm_pid_ns of this namespace only
   };
-  // The first rule that applies ("" when none).
-  std::string Stale();
-  bool MountsChanged();
-  bool NamespaceLeft();
+  // The first rule of 1-6 that applies ("" when none).
+  std::string Stale() const;
   bool CreatorExited() const;
   void Read(const std::string& reason);
-  // Opens (or keeps) one watch per mount namespace of procs_, closes the
-  // others, and drains their pending changes (the read that follows sees them).
-  void WatchNamespaces();
+  // Rules 7 and 8: namespaces whose mounts changed or whose watched member
+  // left are read again (or dropped); true when any was.
+  bool UpdateNamespaces();
+  // Watches `ns` through its first member still in it; false when none is.
+  bool Rewatch(ino_t ns, Space* space) const;
+  void ReadSpace(Space* space);
+  // refs_ from base_ and every namespace's part.
+  void Compose();
   void Use();
   void Forget();
 
   Options opts_;
   // What the facts are, and what they were read for.
   std::optional<ProcTable> procs_;
-  std::optional<NodeRefs> refs_;  // read from procs_ on first need
+  std::optional<NodeRefs> refs_;  // base_ and every namespace's part
+  NodeRefs base_;                 // the live pids and completeness, from procs_
   std::set<dev_t> devices_;
   PodProcesses pods_;
   Clock::TimePoint read_at_{};
-  std::map<ino_t, Watch> watches_;  // by mount namespace
+  std::map<ino_t, Space> spaces_;  // by mount namespace
   bool unwatched_ = false;          // rule 8
   std::map<pid_t, ProcInfo> alive_;  // rule 6, by host pid
   bool invalid_ = false;
@@ -141,7 +155,7 @@ class NodeFacts {
   std::set<dev_t> scan_devices_;
   PodProcesses scan_pods_;
   bool checked_this_scan_ = false, read_this_scan_ = false, used_this_scan_ = false, loops_this_scan_ = false;
-  int64_t reads_ = 0;
+  int64_t reads_ = 0, namespace_reads_ = 0;
   std::string last_reason_;
 };
 

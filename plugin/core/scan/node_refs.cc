@@ -42,10 +42,10 @@ bool HasMountNs(pid_t pid, const std::string& proc) {
   return ::stat((proc + "/" + std::to_string(pid) + "/ns/mnt").c_str(), &st) == 0;
 }
 
-// The mounts of one mount namespace, read through the first of its member
-// processes (lowest pid first) whose mountinfo can be read.
-void ReadNamespace(const std::vector<pid_t>& members, const std::vector<ino_t>& pid_ns_of_members,
-                   const std::set<dev_t>& devices, const std::string& proc, NodeRefs* out) {
+}  // namespace
+
+void ReadNamespaceRefs(const std::vector<pid_t>& members, const std::vector<ino_t>& pid_ns_of_members,
+                       const std::set<dev_t>& devices, const std::string& proc, NodeRefs* out) {
   Result<std::string> text = Status::NotFound("no member");
   pid_t pid = 0;
   for (pid_t m : members) {
@@ -75,8 +75,6 @@ void ReadNamespace(const std::vector<pid_t>& members, const std::vector<ino_t>& 
         {FileRef::kMount, "mount " + m.mount_point + " (mount namespace of pid " + std::to_string(pid) + ")", pid});
   }
 }
-
-}  // namespace
 
 void ReadLoopRefs(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir((sys + "/block").c_str()), ::closedir);
@@ -149,7 +147,9 @@ NodeRefs ReadNodeRefs(const ProcTable& table, const std::set<dev_t>& devices, co
     members.second.push_back(p.pid_ns);
   }
   if (!devices.empty()) {
-    for (const auto& [ns, members] : namespaces) ReadNamespace(members.first, members.second, devices, proc, &out);
+    for (const auto& [ns, members] : namespaces) {
+      ReadNamespaceRefs(members.first, members.second, devices, proc, &out);
+    }
     ReadLoopRefs(devices, sys, dev, &out);
   }
   return out;
