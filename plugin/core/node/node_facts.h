@@ -88,7 +88,7 @@ class NodeFacts {
   const ProcTable& Procs();
   const NodeRefs& Refs();
   // Whether (pid namespace, pid) is a live process by the facts; one that
-  // is, is watched (rule 6).
+  // is, is watched (rule 4).
   bool Alive(ino_t pid_ns, pid_t ns_pid);
   // Facts read by this scan, reading them now when they were not.
   void Refresh();
@@ -147,9 +147,9 @@ class NodeFacts {
   std::set<dev_t> devices_;
   PodProcesses pods_;
   Clock::TimePoint read_at_{};
-  std::map<ino_t, Space> spaces_;  // by mount namespace
-  bool unwatched_ = false;          // rule 8
-  std::map<pid_t, ProcInfo> alive_;  // rule 6, by host pid
+  std::map<ino_t, Space> spaces_;    // by mount namespace
+  bool unwatched_ = false;           // rule 6
+  std::map<pid_t, ProcInfo> alive_;  // rule 4, by host pid
   bool invalid_ = false;
   // The current scan.
   std::set<dev_t> scan_devices_;
