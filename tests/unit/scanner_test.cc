@@ -184,7 +184,8 @@ TEST_F(ScannerTest, AHeldFileIsNeverALeakAndItsUnheldTimeStartsAtItsClose) {
   EXPECT_EQ(l->state, LeakState::kUnheld);
   EXPECT_EQ(l->unheld_for_sec, 0);
   clock_.Advance(kGrace);
-  l = Find(scanner.Scan(), dir_ / "held");
+  NodeSnapshot later = scanner.Scan();  // kept: l points into it
+  l = Find(later, dir_ / "held");
   ASSERT_NE(l, nullptr);
   EXPECT_EQ(l->state, LeakState::kLeaked);
 }
