@@ -3,7 +3,9 @@ namespace's mounts) are kept between scans and read again when something says
 they changed (issue 35, "cost that follows events"; node/node_facts.h). The
 one thing they must not do is go stale: a leaked torch_<deadpid>_ file that is
 bind-mounted afterwards, in a mount namespace the agent already knows, is
-shown held by that mount (not leaked) within one scan after the mount.
+shown held by that mount (not leaked) within one scan after the mount; so is
+one made in a mount namespace made after the verdict (told by the newest
+mount namespace id, scan/mount_ns.h).
 
 A private shmkeeperd (scan 1 s, grace 1 s, `leaks.reclaim: report`, so no
 reclaim reads the facts afresh for it) watches a private tmpfs. Positive
@@ -16,7 +18,7 @@ import subprocess
 
 import pytest
 
-from harness import require, wait_for, wait_scans
+from harness import read_line, require, wait_for, wait_scans
 from reclaim_attack import HOLDERS, Tmpfs, agent_config, leaks_by_path, make_leaks, metric_values, scrape, start_agent
 
 LEAKED = "LEAK_STATE_LEAKED"
@@ -46,7 +48,7 @@ def mount_holders(agent, seg):
             for h in s.get("holders", []) if h.get("reference", "").startswith("mount ")]
 
 
-@pytest.mark.parametrize("where", ["known_namespace", "host_namespace", "none"])
+@pytest.mark.parametrize("where", ["known_namespace", "host_namespace", "new_namespace", "none"])
 def test_bind_mount_after_the_verdict_shows_within_a_scan(tmp_path, shm, where):
     # A mount namespace that exists before the file is judged (a consumer
     # that stays), so the agent knows it when it first reads the facts.
@@ -57,6 +59,7 @@ def test_bind_mount_after_the_verdict_shows_within_a_scan(tmp_path, shm, where):
     target = tmp_path / "consumer-data"
     target.write_bytes(b"")
     mounted_here = False
+    later = []
     try:
         own = os.readlink("/proc/self/ns/mnt")
         wait_for(lambda: os.readlink(f"/proc/{consumer.pid}/ns/mnt") != own, timeout=10,
@@ -74,6 +77,12 @@ def test_bind_mount_after_the_verdict_shows_within_a_scan(tmp_path, shm, where):
         elif where == "host_namespace":
             subprocess.run(["mount", "--bind", str(seg), str(target)], check=True)
             mounted_here = True
+        elif where == "new_namespace":  # one the agent has never seen: told by its id (Linux >= 6.12)
+            binder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                                       f'mount --bind "{seg}" "{target}" && echo ready && exec sleep 300'],
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
+            later.append(binder)
+            assert read_line(binder, 30, "the bind mount in a new namespace").strip() == "ready"
         # One scan may have started before the mount: the one after it shows it.
         wait_scans(agent.sock, 2)
         if where == "none":
@@ -87,5 +96,6 @@ def test_bind_mount_after_the_verdict_shows_within_a_scan(tmp_path, shm, where):
         if mounted_here:
             subprocess.run(["umount", str(target)])
         agent.stop()
-        consumer.kill()
-        consumer.wait()
+        for p in [consumer] + later:
+            p.kill()
+            p.wait()

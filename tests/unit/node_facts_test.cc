@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <errno.h>
+
 #include <chrono>
 
 #include "base/clock.h"
@@ -26,6 +28,10 @@ class NodeFactsTest : public ::testing::Test {
     o.dev = dir_.path();
     o.max_age = seconds(300);
     o.clock = &clock_;
+    o.newest_mount_ns = [this]() -> Result<uint64_t> {
+      if (newest_ns_ == 0) return Status::FromErrno(ENOTTY, "NS_MNT_GET_NEXT");  // a kernel before 6.12
+      return newest_ns_;
+    };
     return o;
   }
   // One scan that uses the facts; the reads it made.
@@ -41,6 +47,7 @@ class NodeFactsTest : public ::testing::Test {
 
   test::TempDir dir_;
   FakeClock clock_;
+  uint64_t newest_ns_ = 4;  // the newest mount namespace id on the "node"
 };
 
 TEST_F(NodeFactsTest, NoSignalReusesTheFacts) {
@@ -122,7 +129,38 @@ TEST_F(NodeFactsTest, AWalkIsAdoptedNotCounted) {
   EXPECT_TRUE(f.ReadThisScan());
   f.EndScan();
   EXPECT_EQ(f.reads(), 0);
-  EXPECT_EQ(ScanUsing(&f), 0);  // reused by the next scan
+  // The walk was made before the newest namespace was asked: one that was
+  // made during it may be missing, so the next scan reads once...
+  EXPECT_EQ(ScanUsing(&f), 1);
+  EXPECT_EQ(f.last_reason(), "namespaces_unknown");
+  EXPECT_EQ(ScanUsing(&f), 0);  // ...and then they are reused
+}
+
+TEST_F(NodeFactsTest, ANewMountNamespaceReadsAgainOnce) {
+  ASSERT_TRUE(dir_.ok());
+  NodeFacts f(Opts());
+  EXPECT_EQ(ScanUsing(&f), 1);
+  EXPECT_EQ(ScanUsing(&f), 0);  // control: nothing made
+  newest_ns_ = 9;               // `unshare -m` somewhere on the node
+  EXPECT_EQ(ScanUsing(&f), 1);
+  EXPECT_EQ(f.last_reason(), "namespace_made");
+  EXPECT_EQ(ScanUsing(&f), 0);
+  EXPECT_EQ(ScanUsing(&f), 0);
+}
+
+TEST_F(NodeFactsTest, NamespacesThatCannotBeToldAreRetriedAndNeverReusedMeanwhile) {
+  ASSERT_TRUE(dir_.ok());
+  NodeFacts f(Opts());
+  EXPECT_EQ(ScanUsing(&f), 1);
+  newest_ns_ = 0;  // the ask fails (an old kernel, an error)
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ScanUsing(&f), 1) << "scan " << i;
+    EXPECT_EQ(f.last_reason(), "namespaces_unknown");
+  }
+  newest_ns_ = 12;               // answered again: not remembered as a mode
+  EXPECT_EQ(ScanUsing(&f), 1);  // the last read could not ask
+  EXPECT_EQ(ScanUsing(&f), 0);
+  EXPECT_EQ(ScanUsing(&f), 0);
 }
 
 }  // namespace

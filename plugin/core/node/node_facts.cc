@@ -1,10 +1,13 @@
 #include "node/node_facts.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+
+#include "scan/mount_ns.h"
 
 namespace shmkeeper {
 
@@ -61,6 +64,8 @@ void NodeFacts::Use() {
   checked_this_scan_ = true;
   if (std::string why = Stale(); !why.empty()) {
     Read(why);
+  } else if (std::string made = NamespaceMade(); !made.empty()) {
+    Read(made);
   } else if (UpdateNamespaces()) {
     Compose();
   }
@@ -82,6 +87,43 @@ bool NodeFacts::CreatorExited() const {
     std::optional<ProcInfo> now = ReadProcInfo(kv.first, opts_.proc);
     return !now || now->pid_ns != kv.second.pid_ns || now->ns_pid != kv.second.ns_pid;
   });
+}
+
+std::string NodeFacts::NamespaceMade() {
+  if (!newest_ns_) return "namespaces_unknown";
+  Result<uint64_t> now = NewestMountNamespace();
+  if (!now.ok()) return "namespaces_unknown";
+  return *now > *newest_ns_ ? "namespace_made" : "";
+}
+
+Result<uint64_t> NodeFacts::NewestMountNamespace() {
+  if (opts_.newest_mount_ns) return opts_.newest_mount_ns();
+  if (hint_pid_ > 0) {
+    UniqueFd fd(::open((opts_.proc + "/" + std::to_string(hint_pid_) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+    Result<uint64_t> id = fd.valid() ? MountNamespaceId(fd.get()) : Result<uint64_t>(Status::NotFound("hint"));
+    // Still in it (its pid not another's by now): every namespace made
+    // after the newest one asked before is after this one too.
+    if (id.ok() && *id == hint_ns_) return NewestMountNamespaceFrom(fd.get());
+    hint_pid_ = 0;
+  }
+  UniqueFd self(::open((opts_.proc + "/self/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!self.valid()) return Status::FromErrno(errno, "open /proc/self/ns/mnt");
+  return NewestMountNamespaceFrom(self.get());
+}
+
+void NodeFacts::PickHint() {
+  hint_pid_ = 0;
+  hint_ns_ = 0;
+  if (opts_.newest_mount_ns) return;
+  for (const auto& [ns, sp] : spaces_) {
+    if (sp.watched <= 0) continue;
+    UniqueFd fd(::open((opts_.proc + "/" + std::to_string(sp.watched) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+    Result<uint64_t> id = fd.valid() ? MountNamespaceId(fd.get()) : Result<uint64_t>(Status::NotFound("member"));
+    if (id.ok() && *id > hint_ns_) {
+      hint_ns_ = *id;
+      hint_pid_ = sp.watched;
+    }
+  }
 }
 
 namespace {
@@ -149,7 +191,12 @@ bool NodeFacts::UpdateNamespaces() {
 }
 
 void NodeFacts::Read(const std::string& reason) {
-  if (reason != "walk") {
+  if (reason == "walk") {
+    newest_ns_.reset();  // the walk was made before the newest namespace was asked: read again next time
+  } else {
+    // Asked before the pass: a namespace made during it is above this id.
+    Result<uint64_t> newest = NewestMountNamespace();
+    newest_ns_ = newest.ok() ? std::optional<uint64_t>(*newest) : std::nullopt;
     ProcTable procs = ScanProcesses({}, opts_.proc);  // processes and namespaces only: no fds, no maps
     procs_ = std::move(procs);
     ++reads_;
@@ -187,6 +234,7 @@ void NodeFacts::Read(const std::string& reason) {
     if (!devices_.empty()) ReadSpace(&sp);
   }
   spaces_ = std::move(next);  // the other watches are closed here
+  PickHint();
   Compose();
   read_at_ = opts_.clock->Now();
   read_this_scan_ = checked_this_scan_ = true;
@@ -211,6 +259,8 @@ void NodeFacts::Compose() {
 
 void NodeFacts::Forget() {
   procs_.reset();
+  newest_ns_.reset();
+  hint_pid_ = 0;
   refs_.reset();
   spaces_.clear();
   alive_.clear();
