@@ -5,12 +5,11 @@
 #include "scan/mount_ns.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 
@@ -73,7 +72,8 @@ TEST(MountNsTest, ANamespaceMadeAfterwardsIsNewer) {
   }
   Result<uint64_t> after = NewestMountNamespaceFrom(self.get());
   UniqueFd theirs(::open(("/proc/" + std::to_string(child) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
-  Result<uint64_t> child_id = theirs.valid() ? MountNamespaceId(theirs.get()) : Result<uint64_t>(Status::NotFound("ns"));
+  Result<uint64_t> child_id =
+      theirs.valid() ? MountNamespaceId(theirs.get()) : Result<uint64_t>(Status::NotFound("ns"));
   ::close(done[1]);
   ::waitpid(child, nullptr, 0);
   ASSERT_TRUE(after.ok()) << after.status().message();

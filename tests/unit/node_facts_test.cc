@@ -5,9 +5,8 @@
 // with a real agent in tests/integration/test_leak_facts.py.
 #include "node/node_facts.h"
 
-#include <gtest/gtest.h>
-
 #include <errno.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 
@@ -157,7 +156,7 @@ TEST_F(NodeFactsTest, NamespacesThatCannotBeToldAreRetriedAndNeverReusedMeanwhil
     EXPECT_EQ(ScanUsing(&f), 1) << "scan " << i;
     EXPECT_EQ(f.last_reason(), "namespaces_unknown");
   }
-  newest_ns_ = 12;               // answered again: not remembered as a mode
+  newest_ns_ = 12;              // answered again: not remembered as a mode
   EXPECT_EQ(ScanUsing(&f), 1);  // the last read could not ask
   EXPECT_EQ(ScanUsing(&f), 0);
   EXPECT_EQ(ScanUsing(&f), 0);
