@@ -18,18 +18,10 @@ import subprocess
 
 import pytest
 
-from harness import read_line, require, wait_for, wait_scans
-from reclaim_attack import HOLDERS, Tmpfs, agent_config, leaks_by_path, make_leaks, metric_values, scrape, start_agent
+from harness import read_line, wait_for, wait_scans
+from reclaim_attack import agent_config, leaks_by_path, make_leaks, metric_values, scrape, start_agent
 
 LEAKED = "LEAK_STATE_LEAKED"
-
-
-@pytest.fixture
-def shm(tmp_path, root_and_runc):
-    require(HOLDERS.exists(), f"holders not built at {HOLDERS}")
-    fs = Tmpfs(tmp_path / "shm", size="64m")
-    yield fs.path
-    fs.stop()
 
 
 def evidence_reads(agent):
