@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <vector>
 
 #include "base/clock.h"
 #include "support/temp_dir.h"
@@ -27,9 +28,9 @@ class NodeFactsTest : public ::testing::Test {
     o.dev = dir_.path();
     o.max_age = seconds(300);
     o.clock = &clock_;
-    o.newest_mount_ns = [this]() -> Result<uint64_t> {
-      if (newest_ns_ == 0) return Status::FromErrno(ENOTTY, "NS_MNT_GET_NEXT");  // a kernel before 6.12
-      return newest_ns_;
+    o.mount_namespaces = [this]() -> Result<std::vector<uint64_t>> {
+      if (!answers_) return Status::FromErrno(ENOTTY, "NS_MNT_GET_INFO");  // a kernel before 6.12
+      return namespaces_;
     };
     return o;
   }
@@ -46,7 +47,9 @@ class NodeFactsTest : public ::testing::Test {
 
   test::TempDir dir_;
   FakeClock clock_;
-  uint64_t newest_ns_ = 4;  // the newest mount namespace id on the "node"
+  // The mount namespace ids on the "node", sorted, and whether asking works.
+  std::vector<uint64_t> namespaces_{4, 17734, 21818};
+  bool answers_ = true;
 };
 
 TEST_F(NodeFactsTest, NoSignalReusesTheFacts) {
@@ -135,28 +138,44 @@ TEST_F(NodeFactsTest, AWalkIsAdoptedNotCounted) {
   EXPECT_EQ(ScanUsing(&f), 0);  // ...and then they are reused
 }
 
-TEST_F(NodeFactsTest, ANewMountNamespaceReadsAgainOnce) {
+TEST_F(NodeFactsTest, ANewMountNamespaceReadsAgainOnceWhereverItsIdSorts) {
   ASSERT_TRUE(dir_.ok());
   NodeFacts f(Opts());
   EXPECT_EQ(ScanUsing(&f), 1);
   EXPECT_EQ(ScanUsing(&f), 0);  // control: nothing made
-  newest_ns_ = 9;               // `unshare -m` somewhere on the node
+  // `unshare -m` on another CPU: an id below the highest known (Linux 6.18
+  // hands ids out in per-CPU batches).
+  namespaces_ = {4, 17734, 17735, 21818};
   EXPECT_EQ(ScanUsing(&f), 1);
   EXPECT_EQ(f.last_reason(), "namespace_made");
   EXPECT_EQ(ScanUsing(&f), 0);
+  namespaces_ = {4, 17734, 17735, 21818, 21819};  // and above it
+  EXPECT_EQ(ScanUsing(&f), 1);
+  EXPECT_EQ(f.last_reason(), "namespace_made");
   EXPECT_EQ(ScanUsing(&f), 0);
+}
+
+TEST_F(NodeFactsTest, ANamespaceGoneReadsNothingButAnotherMadeInItsPlaceDoes) {
+  ASSERT_TRUE(dir_.ok());
+  NodeFacts f(Opts());
+  EXPECT_EQ(ScanUsing(&f), 1);
+  namespaces_ = {4, 21818};  // 17734 went (rule 8 drops its watch)
+  EXPECT_EQ(ScanUsing(&f), 0);
+  namespaces_ = {4, 17740, 21818};  // the same count as at the read, one id new
+  EXPECT_EQ(ScanUsing(&f), 1);
+  EXPECT_EQ(f.last_reason(), "namespace_made");
 }
 
 TEST_F(NodeFactsTest, NamespacesThatCannotBeToldAreRetriedAndNeverReusedMeanwhile) {
   ASSERT_TRUE(dir_.ok());
   NodeFacts f(Opts());
   EXPECT_EQ(ScanUsing(&f), 1);
-  newest_ns_ = 0;  // the ask fails (an old kernel, an error)
+  answers_ = false;  // the ask fails (an old kernel, an error)
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(ScanUsing(&f), 1) << "scan " << i;
     EXPECT_EQ(f.last_reason(), "namespaces_unknown");
   }
-  newest_ns_ = 12;              // answered again: not remembered as a mode
+  answers_ = true;              // answered again: not remembered as a mode
   EXPECT_EQ(ScanUsing(&f), 1);  // the last read could not ask
   EXPECT_EQ(ScanUsing(&f), 0);
   EXPECT_EQ(ScanUsing(&f), 0);

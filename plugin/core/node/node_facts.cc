@@ -90,40 +90,21 @@ bool NodeFacts::CreatorExited() const {
 }
 
 std::string NodeFacts::NamespaceMade() {
-  if (!newest_ns_) return "namespaces_unknown";
-  Result<uint64_t> now = NewestMountNamespace();
+  if (!known_ns_) return "namespaces_unknown";
+  Result<std::vector<uint64_t>> now = MountNamespaces();
   if (!now.ok()) return "namespaces_unknown";
-  return *now > *newest_ns_ ? "namespace_made" : "";
+  // Ids are unique but not ordered by creation: a new one is any id not
+  // known, wherever it sorts.
+  if (!std::includes(known_ns_->begin(), known_ns_->end(), now->begin(), now->end())) return "namespace_made";
+  *known_ns_ = std::move(*now);  // some may have gone: compared with what is left next time
+  return "";
 }
 
-Result<uint64_t> NodeFacts::NewestMountNamespace() {
-  if (opts_.newest_mount_ns) return opts_.newest_mount_ns();
-  if (hint_pid_ > 0) {
-    UniqueFd fd(::open((opts_.proc + "/" + std::to_string(hint_pid_) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
-    Result<uint64_t> id = fd.valid() ? MountNamespaceId(fd.get()) : Result<uint64_t>(Status::NotFound("hint"));
-    // Still in it (its pid not another's by now): every namespace made
-    // after the newest one asked before is after this one too.
-    if (id.ok() && *id == hint_ns_) return NewestMountNamespaceFrom(fd.get());
-    hint_pid_ = 0;
-  }
+Result<std::vector<uint64_t>> NodeFacts::MountNamespaces() const {
+  if (opts_.mount_namespaces) return opts_.mount_namespaces();
   UniqueFd self(::open((opts_.proc + "/self/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
   if (!self.valid()) return Status::FromErrno(errno, "open /proc/self/ns/mnt");
-  return NewestMountNamespaceFrom(self.get());
-}
-
-void NodeFacts::PickHint() {
-  hint_pid_ = 0;
-  hint_ns_ = 0;
-  if (opts_.newest_mount_ns) return;
-  for (const auto& [ns, sp] : spaces_) {
-    if (sp.watched <= 0) continue;
-    UniqueFd fd(::open((opts_.proc + "/" + std::to_string(sp.watched) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
-    Result<uint64_t> id = fd.valid() ? MountNamespaceId(fd.get()) : Result<uint64_t>(Status::NotFound("member"));
-    if (id.ok() && *id > hint_ns_) {
-      hint_ns_ = *id;
-      hint_pid_ = sp.watched;
-    }
-  }
+  return MountNamespaceIds(self.get());
 }
 
 namespace {
@@ -192,11 +173,11 @@ bool NodeFacts::UpdateNamespaces() {
 
 void NodeFacts::Read(const std::string& reason) {
   if (reason == "walk") {
-    newest_ns_.reset();  // the walk was made before the newest namespace was asked: read again next time
+    known_ns_.reset();  // the walk was made before the namespaces were asked: read again next time
   } else {
-    // Asked before the pass: a namespace made during it is above this id.
-    Result<uint64_t> newest = NewestMountNamespace();
-    newest_ns_ = newest.ok() ? std::optional<uint64_t>(*newest) : std::nullopt;
+    // Asked before the pass: a namespace made during it is not among them.
+    Result<std::vector<uint64_t>> ids = MountNamespaces();
+    known_ns_ = ids.ok() ? std::optional<std::vector<uint64_t>>(std::move(*ids)) : std::nullopt;
     ProcTable procs = ScanProcesses({}, opts_.proc);  // processes and namespaces only: no fds, no maps
     procs_ = std::move(procs);
     ++reads_;
@@ -234,7 +215,6 @@ void NodeFacts::Read(const std::string& reason) {
     if (!devices_.empty()) ReadSpace(&sp);
   }
   spaces_ = std::move(next);  // the other watches are closed here
-  PickHint();
   Compose();
   read_at_ = opts_.clock->Now();
   read_this_scan_ = checked_this_scan_ = true;
@@ -259,8 +239,7 @@ void NodeFacts::Compose() {
 
 void NodeFacts::Forget() {
   procs_.reset();
-  newest_ns_.reset();
-  hint_pid_ = 0;
+  known_ns_.reset();
   refs_.reset();
   spaces_.clear();
   alive_.clear();

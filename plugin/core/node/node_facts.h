@@ -13,17 +13,17 @@
 //     pod tmpfs, or one gone);
 //  3. the pods' processes differ (a container came, went or was replaced:
 //     a new container can bind a file, or bring a pid namespace);
-//  3a. a mount namespace was made since they were read: the newest mount
-//     namespace id on the node (scan/mount_ns.h; ids are never reused and
-//     grow in creation order) is above the one asked just before the read
-//     ("namespace_made"), or it cannot be told ("namespaces_unknown": a
-//     kernel before 6.12, an error, or facts adopted from a walk made
-//     before it was asked). Asked again at every check: a failure is
-//     retried, never kept as a mode, and until it is answered the facts are
-//     read at every scan that uses them, as if never kept. This is what
-//     shows a mount made in a new mount namespace (`unshare -m` then
-//     `mount --bind` of a file) at the next scan; once the namespace is
-//     known, its later mounts are rule 7's;
+//  3a. a mount namespace was made since they were read: an id not among
+//     those asked just before the read ("namespace_made"; every mount
+//     namespace's id, scan/mount_ns.h: never reused, but not in creation
+//     order), or they cannot be told ("namespaces_unknown": a kernel before
+//     6.12, an error, or facts adopted from a walk made before they were
+//     asked). Asked again at every check: a failure is retried, never kept
+//     as a mode, and until it is answered the facts are read at every scan
+//     that uses them, as if never kept. This is what shows a mount made in
+//     a new mount namespace (`unshare -m` then `mount --bind` of a file) at
+//     the next scan; once the namespace is known, its later mounts are rule
+//     7's;
 //  4. a creator the facts called alive (Alive) exited;
 //  5. they are older than max_age: what no signal covers (a pid namespace
 //     made without a mount namespace of its own, a namespace only an fd or
@@ -81,10 +81,9 @@ class NodeFacts {
     std::string proc = "/proc", sys = "/sys", dev = "/dev";
     std::chrono::seconds max_age{300};
     Clock* clock = RealClock();  // not owned; outlives the NodeFacts
-    // The newest mount namespace id on the node (rule 3a); tests give their
-    // own. Null: the kernel's (NewestMountNamespaceFrom), asked from a
-    // member of the newest namespace known, else from the agent's own.
-    std::function<Result<uint64_t>()> newest_mount_ns;
+    // Every mount namespace's id on the node (rule 3a); tests give their
+    // own. Null: the kernel's (MountNamespaceIds from the agent's own).
+    std::function<Result<std::vector<uint64_t>>()> mount_namespaces;
   };
   // The processes of the pods (container inits and access processes, with
   // their start times), sorted: a change says a container came or went.
@@ -147,9 +146,7 @@ class NodeFacts {
   bool CreatorExited() const;
   // Rule 3a: "namespace_made", "namespaces_unknown" or "".
   std::string NamespaceMade();
-  Result<uint64_t> NewestMountNamespace();
-  // The member of the newest namespace watched, for the next ask.
-  void PickHint();
+  Result<std::vector<uint64_t>> MountNamespaces() const;
   void Read(const std::string& reason);
   // Rules 7 and 8: namespaces whose mounts changed or whose watched member
   // left are read again (or dropped); true when any was.
@@ -174,11 +171,9 @@ class NodeFacts {
   bool unwatched_ = false;           // rule 6
   std::map<pid_t, ProcInfo> alive_;  // rule 4, by host pid
   bool invalid_ = false;
-  // Rule 3a: the newest mount namespace id asked before the read (none:
-  // unknown), and a member of the newest namespace watched with its id.
-  std::optional<uint64_t> newest_ns_;
-  pid_t hint_pid_ = 0;
-  uint64_t hint_ns_ = 0;
+  // Rule 3a: the mount namespace ids asked before the read, sorted (none:
+  // unknown).
+  std::optional<std::vector<uint64_t>> known_ns_;
   // The current scan.
   std::set<dev_t> scan_devices_;
   PodProcesses scan_pods_;

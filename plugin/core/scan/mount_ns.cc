@@ -3,7 +3,8 @@
 #include <errno.h>
 #include <linux/ioctl.h>
 #include <sys/ioctl.h>
-#include <unistd.h>
+
+#include <algorithm>
 
 #include "base/fileutil.h"
 
@@ -19,6 +20,23 @@ struct MntNsInfo {
 constexpr unsigned kNsio = 0xb7;
 constexpr unsigned long kNsMntGetInfo = _IOR(kNsio, 10, MntNsInfo);
 constexpr unsigned long kNsMntGetNext = _IOR(kNsio, 11, MntNsInfo);
+constexpr unsigned long kNsMntGetPrev = _IOR(kNsio, 12, MntNsInfo);
+
+// Steps from `ns_fd` with `request` until ENOENT, adding each id to `ids`.
+Status Walk(int ns_fd, unsigned long request, std::vector<uint64_t>* ids) {
+  UniqueFd cur;
+  for (int at = ns_fd;;) {
+    MntNsInfo info = {sizeof(MntNsInfo), 0, 0};
+    int next = ::ioctl(at, request, &info);
+    if (next < 0) {
+      if (errno == ENOENT) return Status::Ok();  // past the last
+      return Status::FromErrno(errno, request == kNsMntGetNext ? "NS_MNT_GET_NEXT" : "NS_MNT_GET_PREV");
+    }
+    cur.reset(next);
+    at = cur.get();
+    ids->push_back(info.mnt_ns_id);
+  }
+}
 
 }  // namespace
 
@@ -29,25 +47,15 @@ Result<uint64_t> MountNamespaceId(int ns_fd) {
   return info.mnt_ns_id;
 }
 
-Result<uint64_t> NewestMountNamespaceFrom(int ns_fd, int* steps) {
-  Result<uint64_t> newest = MountNamespaceId(ns_fd);
-  if (!newest.ok()) return newest;
-  uint64_t id = *newest;
-  UniqueFd cur;
-  int n = 0;
-  for (int at = ns_fd;; ++n) {
-    MntNsInfo info = {sizeof(MntNsInfo), 0, 0};
-    int next = ::ioctl(at, kNsMntGetNext, &info);
-    if (next < 0) {
-      if (errno == ENOENT) break;  // the newest
-      return Status::FromErrno(errno, "NS_MNT_GET_NEXT");
-    }
-    cur.reset(next);
-    at = cur.get();
-    if (info.mnt_ns_id > id) id = info.mnt_ns_id;
-  }
-  if (steps) *steps = n;
-  return id;
+Result<std::vector<uint64_t>> MountNamespaceIds(int ns_fd) {
+  Result<uint64_t> own = MountNamespaceId(ns_fd);
+  if (!own.ok()) return own.status();
+  std::vector<uint64_t> ids{*own};
+  if (Status s = Walk(ns_fd, kNsMntGetPrev, &ids); !s.ok()) return s;
+  if (Status s = Walk(ns_fd, kNsMntGetNext, &ids); !s.ok()) return s;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 }  // namespace shmkeeper
