@@ -10,6 +10,9 @@ tmpfs that holds, in turn, one of these workloads:
               the Debian package) iterating without pause, its /dev/shm
               the watched tmpfs (a mount namespace of its own)
   leaked      one 1 MiB torch_<pid>_ file whose creator is gone
+  leaked+churn  both at once: the tmpfs's listing changes at every scan, so
+              the leaked file is judged again at each (the case where the
+              facts its verdict reads are read or reused at every scan)
   held        100 processes holding 200 files each (shmload)
 Each cell: the agent's CPU in % of one core over SECONDS (default 30), all
 its threads, exited ones too (a cpuacct cgroup of its own), after its first
@@ -55,13 +58,13 @@ class Workload:
 
     def __init__(self, name, shm):
         self.name, self.shm, self.proc, self.churn = name, shm, None, None
-        if name == "churn":
+        if name in ("churn", "leaked+churn"):
             self.churn = Churn(shm)
         elif name == "dataloader":
             self.proc = subprocess.Popen(["/usr/bin/python3", "-c", DATALOADER], stdout=subprocess.PIPE, text=True,
                                          preexec_fn=in_private_shm(shm))
             assert self.proc.stdout.readline().strip() == "ready"
-        elif name == "leaked":
+        if name in ("leaked", "leaked+churn"):
             gone = subprocess.Popen(["true"])
             gone.wait()
             (shm / f"torch_{gone.pid}_1804289383_0").write_bytes(b"t" * (1 << 20))

@@ -162,17 +162,19 @@ void Agent::ScanNow() {
   ScanLocked(ScanDepth::kWalk, "request");
 }
 
-void Agent::ScanLocked(ScanDepth depth, const char* reason) {
+void Agent::ScanLocked(ScanDepth depth, const char* reason, bool for_reclaim) {
   Config config = this->config();  // Reload changes it only with scan_mu_ held: it holds for this scan
   std::vector<CriSandbox> sandboxes;
   if (reconciler_.list_sandboxes) sandboxes = Reconcile(config);
   WarnOnce(RuntimeRootWarnings(runtime_roots_));
   // A walk audits the observer's state: events queued until now first.
   if (observer_ && depth == ScanDepth::kWalk) observer_->Drain();
-  NodeSnapshot snap = scanner_.Scan(depth);
-  if (snap.walked) {
+  bool removes = for_reclaim || (config.leaks.reclaim == LeakReclaim::kAuto && !read_only_);
+  NodeSnapshot snap = scanner_.Scan(depth, removes ? VerdictUse::kRemove : VerdictUse::kReport);
+  {
     MutexLock l(&counters_mu_);
-    walks_[reason]++;
+    if (snap.walked) walks_[reason]++;
+    if (snap.evidence_walks) walks_["evidence"] += snap.evidence_walks;
   }
   LabelPodsFromCri(sandboxes, &snap.pods);
   std::map<std::string, int64_t> peaks;  // pods that are gone drop out
@@ -234,7 +236,7 @@ Result<ReclaimOutcome> Agent::Reclaim(bool dry_run, const std::string& ns, const
   // tick. With the observer it does not walk /proc: the candidates' final
   // check does (reclaim.h).
   if (observer_) observer_->Drain();  // every use reported until now counts
-  ScanLocked(ScanDepth::kObserve, "scan");
+  ScanLocked(ScanDepth::kObserve, "scan", /*for_reclaim=*/true);
   ReclaimOutcome out = reclaimer_->Request(*Snapshot(), dry_run, ns, pod, paths, deadline);
   NoteLeaseRefusals(out);
   return out;

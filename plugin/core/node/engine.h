@@ -208,8 +208,11 @@ class Agent {
   static Defaulted WithDefaults(ScanOptions scan);
   Agent(const Config& config, Defaulted scan, Os* os);
 
-  // A scan, published, then auto-reclaim. `reason` names a walk for the counters.
-  void ScanLocked(ScanDepth depth, const char* reason) SHMK_REQUIRES(scan_mu_) SHMK_EXCLUDES(cfg_mu_);
+  // A scan, published, then auto-reclaim. `reason` names a walk for the
+  // counters. `for_reclaim`: a reclaim request acts on its leaked verdicts
+  // (as auto-reclaim does): they are judged on node facts read by this scan.
+  void ScanLocked(ScanDepth depth, const char* reason, bool for_reclaim = false) SHMK_REQUIRES(scan_mu_)
+      SHMK_EXCLUDES(cfg_mu_);
   // Lists the sandboxes; in agent-only mode sizes them before they are measured.
   std::vector<CriSandbox> Reconcile(const Config& config) SHMK_REQUIRES(scan_mu_);
   void WarnOnce(const std::vector<std::string>& warnings) SHMK_REQUIRES(scan_mu_);

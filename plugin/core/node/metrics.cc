@@ -272,8 +272,9 @@ std::string RenderMetrics(const NodeSnapshot* snap, const Agent& agent) {
   RenderObserverMetrics(agent, rep, o);
   Family walks(o, "shmkeeper_proc_walks_total", "counter",
                "Scans that walked every task in /proc for holders, by reason (startup, overflow, audit, request; "
-               "scan: every scan in scan mode).");
-  for (const char* r : {"startup", "overflow", "audit", "request", "scan"}) {
+               "scan: every scan in scan mode), and passes over every process's namespaces and mounts for the "
+               "evidence of leak verdicts when a signal said they changed (evidence).");
+  for (const char* r : {"startup", "overflow", "audit", "request", "scan", "evidence"}) {
     auto it = c.walks.find(r);
     walks.Add(Label("reason", r), it == c.walks.end() ? 0 : it->second);
   }

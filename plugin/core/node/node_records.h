@@ -155,6 +155,9 @@ struct NodeSnapshot {
   int64_t scans = 0;
   bool walked = false;  // this scan walked /proc for holders (else the observer answered)
   int64_t walks = 0;    // scans that walked /proc, so far
+  // Passes over every process this scan made for the node facts its
+  // verdicts read (node_facts.h: none while no signal says they changed).
+  int64_t evidence_walks = 0;
   // Directory entries the scan stat'ed listing the pods' tmpfs (a listing
   // the cache reused costs none): at most agent.maxFilesPerPod per tmpfs.
   int64_t listed_entries = 0;

@@ -39,6 +39,34 @@ using node_scan_detail::OwnersFirst;
 using node_scan_detail::SteadyClock;
 using node_scan_detail::TopSegments;
 
+namespace {
+
+NodeFacts::Options FactsOptions(const ScanOptions& o) {
+  NodeFacts::Options f;
+  f.proc = o.proc;
+  f.sys = o.sys;
+  f.dev = o.dev;
+  f.clock = o.clock;
+  return f;
+}
+
+// The processes of the pods (access processes and container inits, with
+// their start times): a change says a container came, went or was replaced.
+NodeFacts::PodProcesses PodProcessesOf(const std::vector<PodRecord>& pods) {
+  NodeFacts::PodProcesses out;
+  for (const PodRecord& p : pods) {
+    out.emplace_back(p.access_pid, p.access_start_ticks);
+    for (const ContainerRecord& c : p.containers) out.emplace_back(c.pid, c.start_ticks);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+Scanner::Scanner(ScanOptions options) : opts_(std::move(options)), facts_(FactsOptions(opts_)) {}
+
 std::optional<ProcInfo> Scanner::AccessInfo(pid_t pid, uint64_t start_ticks, std::map<pid_t, AccessEntry>* next) {
   if (start_ticks == 0) return ReadProcInfo(pid, opts_.proc);  // no start time to know the process by
   if (auto it = access_.find(pid); it != access_.end() && it->second.start_ticks == start_ticks) {
@@ -134,7 +162,7 @@ void Scanner::MeasurePod(size_t i, PodTurn* t) {
     }
     std::map<FileKey, LeakState> verdicts;
     for (size_t k = first_leak; k < snap->leaks.size(); ++k) verdicts[snap->leaks[k].key] = snap->leaks[k].state;
-    p.top_segments = TopSegments(p, d.files, t->view->table, t->view->RefsIfRead(), opts_.top_segments, verdicts,
+    p.top_segments = TopSegments(p, d.files, t->view->table, t->view->RefsIfUsed(), opts_.top_segments, verdicts,
                                  t->held.held, t->held.observed_pids, opts_.proc);
   }
   if (!access || !p.host_dir.empty()) return;
@@ -144,14 +172,8 @@ void Scanner::MeasurePod(size_t i, PodTurn* t) {
 
 // The end of a scan: what it read becomes the memory of the next one, and
 // everything kept under files, segments and tmpfs it did not meet goes.
-void Scanner::EndScan(const NodeSnapshot& snap, ProcView* view) {
-  if (view->refs) {  // read afresh by this scan: the recent ones from now on
-    recent_refs_ = std::move(view->refs);
-    recent_refs_devices_ = view->devices;
-    recent_refs_scan_ = scans_;
-  } else if (!view->recent) {  // none needed: forget them (the next need reads afresh)
-    recent_refs_.reset();
-  }
+void Scanner::EndScan(const NodeSnapshot& snap) {
+  facts_.EndScan();  // none needed by this scan: forgotten (the next need reads afresh)
   mem_.End();
   if (opts_.creators) opts_.creators->Retain(mem_.seen_files);
   std::set<dev_t> devs;
@@ -165,9 +187,11 @@ void Scanner::EndScan(const NodeSnapshot& snap, ProcView* view) {
   std::erase_if(superblocks_, [&](const auto& kv) { return !devs.count(kv.first); });
 }
 
-NodeSnapshot Scanner::Scan(ScanDepth depth) {
+NodeSnapshot Scanner::Scan(ScanDepth depth, VerdictUse use) {
   auto t0 = SteadyClock::now();
   bool walk = depth == ScanDepth::kWalk || !opts_.observer;
+  verdicts_remove_ = use == VerdictUse::kRemove;
+  int64_t fact_reads = facts_.reads();
   marked_now_.clear();
   // Every event queued until now is applied before the listing cache and the
   // observer's verdicts are consulted.
@@ -186,13 +210,15 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   view.table = MeasurePods(&snap.pods, host_dev, &dirs, &fds, walk);
   snap.restored_from_quarantine = RestoreFromQuarantine(snap.pods, fds, &dirs);
   for (const ShmDir& d : dirs) snap.listed_entries += d.entries;
-  view.loaded = walk || !view.table.procs.empty();
+  std::set<dev_t> devices;
   for (const PodRecord& p : snap.pods) {
-    if (p.shm_dev) view.devices.insert(p.shm_dev);
+    if (p.shm_dev) devices.insert(p.shm_dev);
   }
-  view.proc = opts_.proc;
-  view.sys = opts_.sys;
-  view.dev = opts_.dev;
+  facts_.BeginScan(std::move(devices), PodProcessesOf(snap.pods));
+  view.facts = &facts_;
+  // A table of every process read by this scan (a walk, or one for an
+  // unobserved tmpfs) is the facts' own: nothing to read again.
+  if (walk || !view.table.procs.empty()) facts_.Adopt(view.table);
   if (walk) (void)view.Refs();  // a walk reads everything (mount holders of held files too)
   Clock clock{opts_.clock->Now(),
               std::chrono::duration_cast<std::chrono::seconds>(snap.time.time_since_epoch()).count()};
@@ -209,7 +235,8 @@ NodeSnapshot Scanner::Scan(ScanDepth depth) {
   turn.sysv = ListSysvShmEach(turn.access.sysv_pids, opts_.proc);
   for (size_t i : OwnersFirst(snap.pods)) MeasurePod(i, &turn);
   memcg_ = std::move(turn.memcg_next);
-  EndScan(snap, &view);
+  EndScan(snap);
+  snap.evidence_walks = facts_.reads() - fact_reads;
   snap.scans = ++scans_;
   if (walk) ++walks_;
   snap.walked = walk;

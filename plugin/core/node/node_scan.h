@@ -21,6 +21,7 @@
 #include "base/clock.h"
 #include "node/creator_book.h"
 #include "node/discovery.h"
+#include "node/node_facts.h"
 #include "node/node_records.h"
 #include "node/observer.h"
 #include "node/reporter.h"
@@ -36,6 +37,14 @@ enum class ScanDepth {
   kWalk,     // walk every task in /proc (start-up, overflow, audit, the scan mode)
   kObserve,  // ask the observer (event-derived state and lease probes); /proc
              // only for filesystems the observer cannot watch
+};
+
+// What a scan's leaked verdicts are for. The node facts they read (NodeFacts:
+// namespaces, mounts) are reused between signals; a verdict that may remove
+// a file reads them afresh.
+enum class VerdictUse {
+  kReport,  // listed and reported only (leaks.reclaim: report or off)
+  kRemove,  // acted on: leaks.reclaim auto, or a reclaim request's scan
 };
 
 struct ScanOptions {
@@ -66,9 +75,10 @@ struct ScanOptions {
   // tmpfs are marked as they are found, and their files' use is its verdict
   // (with the walk's, when the scan walks: an audit).
   Observer* observer = nullptr;
-  // The time its rules read (leaks.grace, "unheld since") and the calendar
-  // time of its snapshots and ages (not owned; outlives the scanner; never
-  // null). A scan's own duration is measured on the real clock.
+  // The time its rules read (leaks.grace, "unheld since", the node facts'
+  // maximum age: NodeFacts) and the calendar time of its snapshots and ages
+  // (not owned; outlives the scanner; never null). A scan's own duration is
+  // measured on the real clock.
   Clock* clock = RealClock();
 };
 
@@ -82,11 +92,12 @@ NameHint CreatorHintFromName(const std::string& name);
 
 class Scanner {
  public:
-  explicit Scanner(ScanOptions options) : opts_(std::move(options)) {}
+  explicit Scanner(ScanOptions options);
   // A scan of the node: pods, usage, verdicts. Keeps, between calls, when
   // each unheld segment was first seen unheld and who last held each
-  // segment. kObserve without an observer walks.
-  NodeSnapshot Scan(ScanDepth depth = ScanDepth::kWalk);
+  // segment. kObserve without an observer walks. With kRemove, a leaked
+  // verdict never rests on node facts read before this scan.
+  NodeSnapshot Scan(ScanDepth depth = ScanDepth::kWalk, VerdictUse use = VerdictUse::kReport);
   // Attaches the observer (ScanOptions::observer) once it has started.
   // REQUIRES: no scan running.
   void SetObserver(Observer* observer) { opts_.observer = observer; }
@@ -120,35 +131,24 @@ class Scanner {
   // (kDockerAsks, see docker_names_).
   void RememberDockerNames(const std::vector<ContainerRecord>& containers, const std::set<std::string>& listed);
   void MeasureHost(NodeSnapshot* snap, dev_t* host_dev) const;
-  // The processes, read lazily when a scan did not walk /proc, and the
-  // references /proc does not show (mounts, loop devices, pid namespaces
-  // reaching each tmpfs: node_refs.h), read once per scan when a file
-  // nobody holds or a name's pid needs them.
+  // What a scan knows of processes: the walk's table with holders (when
+  // the scan walked, or MeasurePods walked for an unobserved tmpfs), and the
+  // node facts (every process's namespaces, and the references /proc does
+  // not show: mounts, loop devices, pid namespaces reaching each tmpfs:
+  // node_refs.h), kept between scans by facts_ and read when a signal says
+  // they changed (node_facts.h), on the first need of a file nobody holds.
   struct ProcView {
     ProcTable table;
-    bool loaded = false;
-    std::set<dev_t> devices;
-    std::string proc, sys, dev;
-    std::optional<NodeRefs> refs;
-    const NodeRefs* recent = nullptr;  // the Scanner's recent_refs_, when this scan used them
-    const ProcTable& Procs();
-    const NodeRefs& Refs();
-    const NodeRefs* RefsIfRead() const { return refs ? &*refs : recent; }
+    NodeFacts* facts = nullptr;
+    const ProcTable& Procs() { return facts->Procs(); }
+    const NodeRefs& Refs() { return facts->Refs(); }
+    const NodeRefs* RefsIfUsed() const { return facts->RefsIfUsed(); }
   };
-  // The references of a file nobody holds and that no evidence could ever
-  // make leaked (no creator record, no pid in its name): such a file is
-  // never reclaimed, so whether a mount or a loop device holds it changes
-  // only how it is reported (held with that reference, or unheld). For it a
-  // scan that does not walk reuses the references read at most kRefsEvery
-  // scans ago (reading them means a pass over every process's namespaces and
-  // every mount namespace's mountinfo: on an idle node, one closed scratch
-  // file made every scan cost 4x); a file with creator evidence, a walk, and
-  // a changed set of watched tmpfs read them afresh, as before.
-  static constexpr int64_t kRefsEvery = 6;
-  std::optional<NodeRefs> recent_refs_;
-  std::set<dev_t> recent_refs_devices_;
-  int64_t recent_refs_scan_ = 0;
-  const NodeRefs& RecentRefs(ProcView* view);
+  // Whether `l` (with "unheld since" `since`) would be a leaked verdict that
+  // removes its file while the facts it read are older than this scan: then
+  // they are read again (NodeFacts::Refresh) and the file judged again.
+  bool NeedsFreshFacts(const PodRecord& p, const LeakRecord& l, std::chrono::steady_clock::time_point now,
+                       std::chrono::steady_clock::time_point since) const;
   // What FileLeaks learnt of held files, for the pod's top segments.
   struct HeldFiles {
     std::set<FileKey> held;
@@ -206,7 +206,7 @@ class Scanner {
     // Observing, but this tmpfs is not marked (yet): its files are kept.
     bool unobserved = false;
     bool walked_dev = false;                    // the walk covered this filesystem
-    std::optional<std::set<ino_t>> reaching{};  // ReachingPidNamespaces, read on first need
+    std::optional<std::set<ino_t>> reaching{};  // ReachingPidNamespaces, read on first need (reset by a refresh)
   };
   void JudgeFile(PodFiles* pf, const ShmFile& f);
   bool HeldByProcess(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use);
@@ -220,6 +220,11 @@ class Scanner {
                  NodeSnapshot* snap);
 
   ScanOptions opts_;
+  // The node facts of every scan (the one place they are kept; after opts_,
+  // which they are made from), and whether the current scan's leaked
+  // verdicts may remove files.
+  NodeFacts facts_;
+  bool verdicts_remove_ = false;
   ContainerDiscovery discovery_;
   // Docker's names and labels by container id, as of the last time Docker was
   // asked: when a container it has not seen appears, and at every walk (so
@@ -344,7 +349,7 @@ class Scanner {
   };
   void ReadAccess(const std::vector<PodRecord>& pods, PodAccess* out);
   void MeasurePod(size_t i, PodTurn* t);
-  void EndScan(const NodeSnapshot& snap, ProcView* view);
+  void EndScan(const NodeSnapshot& snap);
   // Tmpfs the observer marked during the current scan: files already open
   // there have no events naming their holders, so FileLeaks seeds them (from
   // the walk, or one walk for that tmpfs's files when the scan does not walk).

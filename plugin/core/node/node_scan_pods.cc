@@ -192,7 +192,7 @@ void Scanner::ForgetFilesystem(dev_t dev) {
   std::erase_if(mem_.files, [dev](const auto& kv) { return kv.first.dev == dev; });
   std::erase_if(mem_.lease_refused, [dev](const FileKey& k) { return k.dev == dev; });
   listings_.erase(dev);
-  recent_refs_.reset();  // mounts and pid namespaces found for the old one
+  facts_.Invalidate();  // mounts and pid namespaces found for the old one
 }
 
 Result<ShmDir> Scanner::ListPodShm(int fd, dev_t dev, bool walk) {

@@ -63,19 +63,12 @@ NameHint CreatorHintFromName(const std::string& path) {
   if (name.starts_with("nccl-")) return {"nccl", 0};
   return {"", 0};
 }
-const NodeRefs& Scanner::ProcView::Refs() {
-  if (!refs) refs = ReadNodeRefs(Procs(), devices, proc, sys, dev);
-  return *refs;
-}
 
-const ProcTable& Scanner::ProcView::Procs() {
-  if (!loaded) {
-    ProcTable procs = ScanProcesses({}, table.proc);  // processes and namespaces only: no fds, no maps
-    table.procs = std::move(procs.procs);
-    table.self_pid_ns = procs.self_pid_ns;
-    loaded = true;
-  }
-  return table;
+bool Scanner::NeedsFreshFacts(const PodRecord& p, const LeakRecord& l, SteadyClock::time_point now,
+                              SteadyClock::time_point since) const {
+  if (!verdicts_remove_ || p.reclaim_opt_out || facts_.ReadThisScan()) return false;
+  bool past_grace = now - since >= std::chrono::duration_cast<SteadyClock::duration>(opts_.grace);
+  return !l.creator_source.empty() && l.creator_dead && past_grace;
 }
 namespace {
 
@@ -215,13 +208,11 @@ bool Scanner::KeptByKernel(PodFiles* pf, const ShmFile& f, History* h, const Nod
 }
 
 void Scanner::JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std::optional<Observer::Use>& use) {
-  // Unheld by every process: the references /proc does not show (read
-  // once per scan, on the first such file that creator evidence could
-  // make leaked; recent ones for a file that can only be unheld).
+  // Unheld by every process: the references /proc does not show (the node
+  // facts: read again when a signal says they changed, node_facts.h).
   NameHint hint = CreatorHintFromName(f.path);
   std::optional<CreatorRecord> rec = opts_.creators ? opts_.creators->Find(f.key, pf->p->shm_fsid) : std::nullopt;
-  const NodeRefs& refs = rec || hint.pid ? pf->view->Refs() : RecentRefs(pf->view);
-  if (KeptByKernel(pf, f, h, refs)) return;
+  if (KeptByKernel(pf, f, h, pf->view->Refs())) return;
   const Clock& clock = *pf->clock;
   if (!h->unheld) {
     h->unheld = true;
@@ -249,6 +240,13 @@ void Scanner::JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std:
   l.last_holder_pid = h->last_holder_pid;
   l.last_holder_command = h->last_holder_command;
   l.key = f.key;
+  if (!pf->unobserved && NeedsFreshFacts(*pf->p, l, clock.now, since)) {
+    // A verdict that would remove the file: on facts read by this scan only.
+    facts_.Refresh();
+    pf->reaching.reset();
+    JudgeUnheld(pf, f, h, use);
+    return;
+  }
   if (pf->unobserved) pf->snap->kept_by_reason["unobserved"]++;
   FinishLeak(std::move(l), pf->p, clock.now, since, pf->unobserved ? std::nullopt : std::optional(opts_.grace),
              pf->snap);
@@ -258,12 +256,12 @@ void Scanner::JudgeUnheld(PodFiles* pf, const ShmFile& f, History* h, const std:
 // reach the tmpfs.
 void Scanner::NameEvidence(PodFiles* pf, const NameHint& hint, LeakRecord* l) {
   l->creator_source = "name:" + hint.pattern;
-  const NodeRefs& refs = pf->view->Refs();
-  if (!pf->reaching) pf->reaching = ReachingPidNamespaces(*pf->p, pf->view->Procs(), refs, pf->access);
+  if (!pf->reaching) pf->reaching = ReachingPidNamespaces(*pf->p, facts_.Procs(), facts_.Refs(), pf->access);
   const std::set<ino_t>& reaching = *pf->reaching;
-  bool alive_here = pf->access && refs.Alive(pf->access->pid_ns, hint.pid);
+  // Alive: watched by the facts, so that its exit reads them again.
+  bool alive_here = pf->access && facts_.Alive(pf->access->pid_ns, hint.pid);
   bool alive_elsewhere =
-      std::any_of(reaching.begin(), reaching.end(), [&](ino_t ns) { return refs.Alive(ns, hint.pid); });
+      std::any_of(reaching.begin(), reaching.end(), [&](ino_t ns) { return facts_.Alive(ns, hint.pid); });
   l->creator_dead = !reaching.empty() && !alive_elsewhere;
   if (reaching.empty()) {
     pf->snap->kept_by_reason["pid_namespaces_unknown"]++;
@@ -274,7 +272,6 @@ void Scanner::NameEvidence(PodFiles* pf, const NameHint& hint, LeakRecord* l) {
 
 void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, const Clock& clock,
                         std::set<ino_t>* ipc_seen, NodeSnapshot* snap) {
-  const ProcTable& table = view->table;
   ino_t ipc_ns = sysv.ipc_ns;
   if (ipc_ns == 0 || sysv.host || !sysv.status.ok()) return;  // the host's IPC namespace is not the pod's
   bool first = ipc_seen->insert(ipc_ns).second;               // pods sharing a namespace report its leaks once
@@ -298,14 +295,21 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, c
       SteadyClock::time_point used = clock.now - std::chrono::duration_cast<SteadyClock::duration>(ago);
       if (used > since) since = used;
     }
-    const ProcInfo* creator = view->Procs().Find(s.cpid);
     LeakRecord l;
     l.sysv_id = s.shmid;
     l.bytes = s.bytes;
     l.age_sec = std::max<int64_t>(0, clock.now_sec - s.ctime);
     l.creator_pid = s.cpid;
     l.creator_source = "sysv:cpid";
-    l.creator_dead = !creator || table.IpcNs(creator->pid) != ipc_ns;
+    auto creator_dead = [&] {
+      const ProcInfo* creator = view->Procs().Find(s.cpid);
+      return !creator || view->Procs().IpcNs(creator->pid) != ipc_ns;
+    };
+    l.creator_dead = creator_dead();
+    if (NeedsFreshFacts(*p, l, clock.now, since)) {  // a verdict that would remove it: on facts of this scan
+      facts_.Refresh();
+      l.creator_dead = creator_dead();
+    }
     l.last_holder_pid = s.lpid;
     l.sysv_cpid = s.cpid;
     l.sysv_lpid = s.lpid;
@@ -313,14 +317,6 @@ void Scanner::SysvLeaks(PodRecord* p, ProcView* view, const SysvListing& sysv, c
     l.sysv_dtime = s.dtime;
     FinishLeak(std::move(l), p, clock.now, since, opts_.grace, snap);
   }
-}
-const NodeRefs& Scanner::RecentRefs(ProcView* view) {
-  if (view->refs) return *view->refs;  // read by this scan already
-  if (recent_refs_ && recent_refs_devices_ == view->devices && scans_ - recent_refs_scan_ < kRefsEvery) {
-    view->recent = &*recent_refs_;
-    return *recent_refs_;
-  }
-  return view->Refs();  // kept as the recent ones at the end of the scan
 }
 
 }  // namespace shmkeeper

@@ -42,10 +42,10 @@ bool HasMountNs(pid_t pid, const std::string& proc) {
   return ::stat((proc + "/" + std::to_string(pid) + "/ns/mnt").c_str(), &st) == 0;
 }
 
-// The mounts of one mount namespace, read through the first of its member
-// processes (lowest pid first) whose mountinfo can be read.
-void ReadNamespace(const std::vector<pid_t>& members, const std::vector<ino_t>& pid_ns_of_members,
-                   const std::set<dev_t>& devices, const std::string& proc, NodeRefs* out) {
+}  // namespace
+
+void ReadNamespaceRefs(const std::vector<pid_t>& members, const std::vector<ino_t>& pid_ns_of_members,
+                       const std::set<dev_t>& devices, const std::string& proc, NodeRefs* out) {
   Result<std::string> text = Status::NotFound("no member");
   pid_t pid = 0;
   for (pid_t m : members) {
@@ -76,7 +76,7 @@ void ReadNamespace(const std::vector<pid_t>& members, const std::vector<ino_t>& 
   }
 }
 
-void ReadLoops(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out) {
+void ReadLoopRefs(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir((sys + "/block").c_str()), ::closedir);
   if (!dir) return;
   while (struct dirent* e = ::readdir(dir.get())) {
@@ -100,8 +100,6 @@ void ReadLoops(const std::set<dev_t>& devices, const std::string& sys, const std
     if (devices.count(key.dev)) out->loops[key].push_back({FileRef::kLoop, "loop device " + dev + "/" + name, 0});
   }
 }
-
-}  // namespace
 
 bool ParseMountInfoLine(const std::string& line, MountLine* out) {
   std::istringstream in(line);
@@ -149,8 +147,10 @@ NodeRefs ReadNodeRefs(const ProcTable& table, const std::set<dev_t>& devices, co
     members.second.push_back(p.pid_ns);
   }
   if (!devices.empty()) {
-    for (const auto& [ns, members] : namespaces) ReadNamespace(members.first, members.second, devices, proc, &out);
-    ReadLoops(devices, sys, dev, &out);
+    for (const auto& [ns, members] : namespaces) {
+      ReadNamespaceRefs(members.first, members.second, devices, proc, &out);
+    }
+    ReadLoopRefs(devices, sys, dev, &out);
   }
   return out;
 }

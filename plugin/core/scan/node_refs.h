@@ -59,6 +59,18 @@ struct NodeRefs {
 NodeRefs ReadNodeRefs(const ProcTable& table, const std::set<dev_t>& devices, const std::string& proc = "/proc",
                       const std::string& sys = "/sys", const std::string& dev = "/dev");
 
+// The mounts of one mount namespace alone (ReadNodeRefs reads each), read
+// through the first of its members (lowest pid first, with the pid
+// namespace of each) whose mountinfo can be read: adds to out->mounts and
+// out->shm_pid_ns, and clears out->complete when it cannot be read while a
+// member still has it.
+void ReadNamespaceRefs(const std::vector<pid_t>& members, const std::vector<ino_t>& pid_ns_of_members,
+                       const std::set<dev_t>& devices, const std::string& proc, NodeRefs* out);
+
+// The loop devices alone (ReadNodeRefs reads them too): adds to out->loops
+// those backed by files on `devices`.
+void ReadLoopRefs(const std::set<dev_t>& devices, const std::string& sys, const std::string& dev, NodeRefs* out);
+
 // One line of /proc/<pid>/mountinfo: the mount's device, its root inside
 // that filesystem and its mount point (octal escapes undone). False for a
 // line that does not parse.
