@@ -47,7 +47,7 @@ bool NodeFacts::Alive(ino_t pid_ns, pid_t ns_pid) {
   // (`docker exec` in an existing container makes no signal) is alive.
   std::optional<pid_t> asked = AskAlive(pid_ns, ns_pid);
   if (!asked) {  // cannot ask (Linux < 6.9, no member left): the facts, read by this scan
-    if (!refs.Alive(pid_ns, ns_pid) && !read_this_scan_) Read("creator_unknown");
+    if (!refs.Alive(pid_ns, ns_pid)) Refresh();  // once per scan
     if (!refs_->Alive(pid_ns, ns_pid)) return false;
     asked = procs_->HostPid(pid_ns, ns_pid);
   }
