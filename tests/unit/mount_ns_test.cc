@@ -86,6 +86,21 @@ TEST(MountNsTest, NamespacesMadeAfterwardsAreSeenWithNewIds) {
   }
 }
 
+TEST(MountNsTest, APidIsAskedOfItsPidNamespace) {
+  UniqueFd own(::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(own.valid());
+  Result<pid_t> self = TgidFromPidNamespace(own.get(), ::getpid());
+  if (!self.ok()) GTEST_SKIP() << "no NS_GET_TGID_FROM_PIDNS (Linux < 6.9): " << self.status().message();
+  EXPECT_EQ(*self, ::getpid());
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);  // reaped: its pid runs nowhere now (the control)
+  Result<pid_t> gone = TgidFromPidNamespace(own.get(), child);
+  ASSERT_TRUE(gone.ok()) << gone.status().message();
+  EXPECT_EQ(*gone, 0);
+}
+
 TEST(MountNsTest, AnFdThatIsNoNamespaceFails) {
   UniqueFd dir(::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   ASSERT_TRUE(dir.valid());

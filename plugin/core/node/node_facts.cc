@@ -43,9 +43,32 @@ const NodeRefs& NodeFacts::Refs() {
 
 bool NodeFacts::Alive(ino_t pid_ns, pid_t ns_pid) {
   const NodeRefs& refs = Refs();
-  if (!refs.Alive(pid_ns, ns_pid)) return false;
-  if (pid_t host = procs_->HostPid(pid_ns, ns_pid); host > 0) alive_.insert({host, ProcInfo{host, pid_ns, ns_pid, 0}});
+  // Asked of the kernel now: a process started since the facts were read
+  // (`docker exec` in an existing container makes no signal) is alive.
+  std::optional<pid_t> asked = AskAlive(pid_ns, ns_pid);
+  if (!asked) {  // cannot ask (Linux < 6.9, no member left): the facts, read by this scan
+    if (!refs.Alive(pid_ns, ns_pid)) Refresh();  // once per scan
+    if (!refs_->Alive(pid_ns, ns_pid)) return false;
+    asked = procs_->HostPid(pid_ns, ns_pid);
+  }
+  if (*asked <= 0) return false;
+  alive_.insert({*asked, ProcInfo{*asked, pid_ns, ns_pid, 0}});  // rule 4: its exit reads them again
   return true;
+}
+
+std::optional<pid_t> NodeFacts::AskAlive(ino_t pid_ns, pid_t ns_pid) const {
+  for (const ProcInfo& p : procs_->procs) {
+    if (p.pid_ns != pid_ns) continue;
+    std::string path = opts_.proc + "/" + std::to_string(p.pid) + "/ns/pid";
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    // Still a member (its pid not another process's by now).
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || st.st_ino != pid_ns) continue;
+    Result<pid_t> tgid = TgidFromPidNamespace(fd.get(), ns_pid);
+    if (!tgid.ok()) return std::nullopt;
+    return *tgid;
+  }
+  return std::nullopt;
 }
 
 void NodeFacts::Refresh() {

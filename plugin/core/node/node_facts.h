@@ -24,7 +24,12 @@
 //     a new mount namespace (`unshare -m` then `mount --bind` of a file) at
 //     the next scan; once the namespace is known, its later mounts are rule
 //     7's;
-//  4. a creator the facts called alive (Alive) exited;
+//  4. a creator the facts called alive (Alive) exited. Whether a name's
+//     pid runs is asked of the kernel at each use, not taken from the
+//     facts: NS_GET_TGID_FROM_PIDNS through a member of its pid namespace
+//     (Linux >= 6.9), so a process started since the read (`docker exec`
+//     in an existing container, which no other rule sees) is alive; where
+//     it cannot be asked, the facts are read again by that scan first;
 //  5. they are older than max_age: what no signal covers (a pid namespace
 //     made without a mount namespace of its own, a namespace only an fd or
 //     a bind of nsfs holds) shows within that age;
@@ -146,6 +151,10 @@ class NodeFacts {
   bool CreatorExited() const;
   // Rule 3a: "namespace_made", "namespaces_unknown" or "".
   std::string NamespaceMade();
+  // Whether `ns_pid` runs in `pid_ns` now, asked of the kernel through a
+  // member of that namespace: its host tgid, 0 when not; none when it
+  // cannot be asked.
+  std::optional<pid_t> AskAlive(ino_t pid_ns, pid_t ns_pid) const;
   Result<std::vector<uint64_t>> MountNamespaces() const;
   void Read(const std::string& reason);
   // Rules 7 and 8: namespaces whose mounts changed or whose watched member

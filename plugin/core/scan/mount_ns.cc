@@ -21,6 +21,7 @@ constexpr unsigned kNsio = 0xb7;
 constexpr unsigned long kNsMntGetInfo = _IOR(kNsio, 10, MntNsInfo);
 constexpr unsigned long kNsMntGetNext = _IOR(kNsio, 11, MntNsInfo);
 constexpr unsigned long kNsMntGetPrev = _IOR(kNsio, 12, MntNsInfo);
+constexpr unsigned long kNsGetTgidFromPidns = _IOR(kNsio, 0x7, int);
 
 // Steps from `ns_fd` with `request` until ENOENT, adding each id to `ids`.
 Status Walk(int ns_fd, unsigned long request, std::vector<uint64_t>* ids) {
@@ -56,6 +57,13 @@ Result<std::vector<uint64_t>> MountNamespaceIds(int ns_fd) {
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
+}
+
+Result<pid_t> TgidFromPidNamespace(int pidns_fd, pid_t ns_pid) {
+  int tgid = ::ioctl(pidns_fd, kNsGetTgidFromPidns, ns_pid);
+  if (tgid > 0) return static_cast<pid_t>(tgid);
+  if (tgid < 0 && errno == ESRCH) return static_cast<pid_t>(0);
+  return Status::FromErrno(tgid < 0 ? errno : EIO, "NS_GET_TGID_FROM_PIDNS");
 }
 
 }  // namespace shmkeeper

@@ -18,6 +18,8 @@
 // Thread-safety: plain functions.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -34,5 +36,11 @@ Result<uint64_t> MountNamespaceId(int ns_fd);
 // error on kernels before 6.12, or when a step fails for another reason
 // than the end.
 Result<std::vector<uint64_t>> MountNamespaceIds(int ns_fd);
+
+// The host tgid (in the caller's pid namespace) of the process whose pid is
+// `ns_pid` in the pid namespace `pidns_fd` (an open /proc/<pid>/ns/pid):
+// NS_GET_TGID_FROM_PIDNS (Linux >= 6.9). 0 when no such process runs
+// there (ESRCH); an error on older kernels or another failure.
+Result<pid_t> TgidFromPidNamespace(int pidns_fd, pid_t ns_pid);
 
 }  // namespace shmkeeper
